@@ -1,0 +1,246 @@
+"""Developer and user tasks for tpu-trainer (`invoke --list`; `make help` shows the same).
+
+Each task is thin: it parses its arguments, calls the engine's CLI or a `tooling/`
+module, and turns a `tooling.errors.ToolingError` into invoke's `Exit` (a clear paragraph,
+no traceback, non-zero exit). The engine is only ever driven through its CLI.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+
+from invoke import Exit, task
+
+# ----------------------------------------------------------------------------- engine
+# (train, test, env) — owned by the engine issue.
+
+# ----------------------------------------------------------------------------- images
+# (build, push, run, base-image, matrix) — owned by the images issue.
+# Tooling imports stay inside the tasks: `invoke --list` must not need the Docker SDK.
+
+
+def _image_options(base_image: str, ca_bundle: str, index_url: str, no_cache: bool = False):
+    from pathlib import Path
+
+    from tooling.image import DEFAULT_INDEX_URL, BuildOptions
+
+    return BuildOptions(base_image=base_image or None,
+                        ca_bundle=Path(ca_bundle) if ca_bundle else None,
+                        index_url=index_url or DEFAULT_INDEX_URL, no_cache=no_cache)
+
+
+@task(name="build", help={
+    "version": "pair key from env/versions.yaml (default: its `default`, e.g. 2.9)",
+    "base-image": "base image NAME:TAG (default: python:<py>-slim-bookworm; offline: see base-image)",
+    "ca-bundle": "PEM bundle pip needs behind a TLS-intercepting proxy; kept out of the image",
+    "index-url": "Python package index (default PyPI; PyTorch's CPU index makes slim images)",
+    "no-cache": "rebuild every layer",
+})
+def image_build(c, version="", base_image="", ca_bundle="", index_url="", no_cache=False):
+    """Build tpu-trainer:<version> (and an immutable <version>-<git sha> tag) via the Docker SDK."""
+    from tooling.errors import ToolingError
+    from tooling.image import build_image
+    from tooling.versions import get_pair
+
+    try:
+        build_image(get_pair(version or None), _image_options(base_image, ca_bundle, index_url, no_cache))
+    except ToolingError as err:
+        raise Exit(str(err), code=1) from None
+
+
+@task(name="base-image", help={"tag": "NAME:TAG for the result", "mirror": "Debian mirror URL"})
+def image_base(c, tag="tpu-trainer-base:3.11-bookworm", mirror="http://deb.debian.org/debian"):
+    """Make an offline equivalent of python:3.11-slim-bookworm (debootstrap + import; needs root)."""
+    from tooling.base_image import make_base_image
+    from tooling.errors import ToolingError
+
+    try:
+        make_base_image(tag, mirror=mirror)
+    except ToolingError as err:
+        raise Exit(str(err), code=1) from None
+
+
+@task(name="push", help={
+    "registry": "HOST:PORT of the registry (required)",
+    "version": "pair key whose two tags to push (default: env/versions.yaml's default)",
+    "username": "registry user; the password is read from $REGISTRY_PASSWORD "
+                "(default: the credentials of `docker login`)",
+})
+def image_push(c, registry, version="", username=""):
+    """Push tpu-trainer:<version> and its immutable tag; verify each digest by pulling it back."""
+    import os
+
+    from tooling.errors import ToolingError
+    from tooling.image import git_revision, image_tags
+    from tooling.registry import push_image
+    from tooling.versions import get_pair
+
+    auth = None
+    if username:
+        if "REGISTRY_PASSWORD" not in os.environ:
+            raise Exit(f"--username {username} needs the password in $REGISTRY_PASSWORD "
+                       "(kept out of the command line and shell history).", code=1)
+        auth = {"username": username, "password": os.environ["REGISTRY_PASSWORD"]}
+    try:
+        pair = get_pair(version or None)
+        push_image(image_tags(pair, git_revision()), registry, auth)
+    except ToolingError as err:
+        raise Exit(str(err), code=1) from None
+
+
+@task(name="run", help={
+    "version": "pair key: runs tpu-trainer:<version>",
+    "run-root": "host directory mounted at /work/runs (default: ./runs)",
+    "tpu": "TPU VM flags (--privileged --net=host, tpu-vm profile); default: auto-detect",
+    "cpu": "force CPU-XLA even on a TPU VM",
+})
+def image_run(c, version="", run_root="runs", tpu=False, cpu=False):
+    """Run `tpu-trainer ARGS` in the image: `invoke run -- train --cores 8 --precision bf16`.
+
+    Runs as you (uid:gid), with ./runs mounted at /work/runs (use `--run-dir runs/NAME`),
+    and exits with the container's exit code.
+    """
+    from pathlib import Path
+
+    from tooling.container import RunSpec, image_reference, run_container, tpu_host, with_profile
+    from tooling.errors import ToolingError
+    from tooling.versions import get_pair
+
+    args = shlex.split(c.remainder) or ["--help"]
+    on_tpu = (tpu or tpu_host()) and not cpu
+    try:
+        pair = get_pair(version or None)
+        spec = RunSpec(image_reference(pair.key), with_profile(args, on_tpu), Path(run_root), tpu=on_tpu)
+        code = run_container(spec)
+    except ToolingError as err:
+        raise Exit(str(err), code=1) from None
+    if code != 0:
+        raise Exit(code=code)
+
+
+@task(name="matrix", help={
+    "versions": "comma-separated pair keys (default: every pair in env/versions.yaml)",
+    "max-epochs": "epochs per cell (default: the job's own)",
+    "run-root": "host directory for the cells' run dirs",
+})
+def image_matrix(c, versions="", max_epochs=0, run_root="runs/matrix"):
+    """Every pair x CORES {1,8} x PRECISION {fp32,bf16} in its image on CPU-XLA; a pass/fail table."""
+    from pathlib import Path
+
+    from tooling.errors import ToolingError
+    from tooling.matrix import cells, run_cell, table
+    from tooling.versions import get_pair, load_pairs
+
+    try:
+        keys = [get_pair(k).key for k in versions.split(",")] if versions else list(load_pairs())
+        results = []
+        for cell in cells(keys):
+            print(f"=== {cell.name}", flush=True)
+            results.append(run_cell(cell, Path(run_root), max_epochs or None))
+    except ToolingError as err:
+        raise Exit(str(err), code=1) from None
+    print(table(results))
+    failed = [r.cell.name for r in results if not r.passed]
+    if failed:
+        raise Exit(f"{len(failed)} of {len(results)} matrix cells failed: {', '.join(failed)}.", code=1)
+
+
+@task(name="test-image", help={
+    "base-image": "as for build", "ca-bundle": "as for build", "index-url": "as for build",
+})
+def image_test(c, base_image="", ca_bundle="", index_url=""):
+    """Build the default pair's image, then run the Docker-marked tests against it."""
+    from tooling.errors import ToolingError
+    from tooling.image import build_image
+    from tooling.versions import get_pair
+
+    try:
+        build_image(get_pair(), _image_options(base_image, ca_bundle, index_url))
+    except ToolingError as err:
+        raise Exit(str(err), code=1) from None
+    c.run(f"{shlex.quote(sys.executable)} -m pytest -m docker tests", pty=False)
+
+# ----------------------------------------------------------------------------- pods
+# (pod, tpu-clean) — owned by the pod issue.
+
+_WHERE_HELP = {
+    "tpu": "Cloud TPU VM (pod slice) name; its workers are reached with gcloud",
+    "zone": "zone of --tpu, e.g. us-central2-b",
+    "project": "GCP project of --tpu (default: gcloud's configured project)",
+    "hosts": "instead of --tpu: comma-separated [user@]host[:port], worker 0 first (plain ssh)",
+    "identity": "ssh private key for --hosts (ssh -i)",
+    "ssh-option": "extra `ssh -o` option for --hosts, e.g. ProxyJump=bastion (repeatable)",
+}
+
+
+@task(
+    help={
+        **_WHERE_HELP,
+        "image": "image every worker pulls and runs; `none` runs --entrypoint on the host",
+        "setup": "bash script run on every worker first (code, data); its text is sent over ssh",
+        "dry-run": "print every worker's exact commands, run nothing",
+        "pull": "pull the image on every worker first (--no-pull: use each worker's local copy)",
+        "job": "job name for containers/pidfiles on the workers (default: time + random)",
+        "entrypoint": "the engine CLI on the hosts, used with --image none",
+        "env": "NAME=VALUE from trainer/env_vars.py for every worker (repeatable)",
+        "volume": "HOST:CONTAINER[:ro] mount for the container, e.g. for checkpoints (repeatable)",
+        "grace": "seconds a stopped worker gets between SIGTERM and SIGKILL",
+    },
+    iterable=["env", "volume", "ssh_option"],
+)
+def pod(c, tpu="", zone="", project="", hosts="", image="tpu-trainer:2.9", setup="",
+        dry_run=False, pull=True, job="", entrypoint="tpu-trainer", env=None, volume=None,
+        identity="", ssh_option=None, grace=10):  # fmt: skip
+    """Run `tpu-trainer train ARGS` on every worker: `invoke pod --tpu NAME --zone Z -- ARGS`.
+
+    Each worker gets PJRT_DEVICE=TPU, its TPU_TRAINER_PROCESS_INDEX and the process count;
+    logs stream back prefixed `[worker N]`; if one worker fails the others are stopped and
+    the command exits non-zero.
+    """
+    from tooling import pod as launcher
+    from tooling import transports
+    from tooling.errors import ToolingError
+    from tooling.pod_command import PodSpec
+
+    try:
+        spec = PodSpec(
+            job=job or launcher.new_job_name(), args=tuple(shlex.split(c.remainder)),
+            image=None if image == "none" else image, entrypoint=entrypoint, pull=pull,
+            setup=launcher.read_setup(setup), env=launcher.parse_env(env or []),
+            volumes=tuple(volume or []), grace_seconds=int(grace),
+        )  # fmt: skip
+        transport = transports.choose(tpu, zone, project, hosts, identity, ssh_option or [])
+        launcher.launch(spec, transport, dry_run=dry_run)
+    except ToolingError as e:
+        raise Exit(str(e), code=1) from None
+
+
+@task(
+    help={
+        **_WHERE_HELP,
+        "grace": "seconds between SIGTERM and SIGKILL",
+        "list-only": "list the processes holding the TPU, stop nothing",
+        "sudo": "run as root on the workers (sudo -n), to see every user's processes",
+    },
+    iterable=["ssh_option"],
+)
+def tpu_clean(c, tpu="", zone="", project="", hosts="", grace=10, list_only=False, sudo=False,
+              identity="", ssh_option=None):  # fmt: skip
+    """Stop leftover processes holding the TPU (/dev/accel*, /dev/vfio/*, libtpu.so).
+
+    Without --tpu/--hosts it cleans this machine; with them, every worker. It lists what it
+    stops and never signals a process it did not see holding the TPU.
+    """
+    from tooling import tpu_clean as cleaner
+    from tooling.errors import ToolingError
+
+    try:
+        if not tpu and not hosts:
+            code = cleaner.clean(grace_seconds=float(grace), list_only=list_only)
+            if code:
+                raise Exit("Some processes holding the TPU survived SIGKILL (listed above).", code=1)
+            return
+        cleaner.clean_remote(tpu, zone, project, hosts, identity, ssh_option or [],
+                             float(grace), list_only, sudo)  # fmt: skip
+    except ToolingError as e:
+        raise Exit(str(e), code=1) from None

@@ -1,0 +1,20 @@
+"""tpu-trainer: a PyTorch/XLA training engine. `from trainer import Trainer, TrainModule`.
+
+Imports are lazy so that config parsing and validation (`trainer.config`,
+`trainer.runtime` planning) never pay for importing torch.
+"""
+from trainer.errors import UserError
+
+__all__ = ["Trainer", "TrainModule", "FitResult", "UserError"]
+
+
+def __getattr__(name: str):
+    if name in ("Trainer", "FitResult"):
+        from trainer import engine
+
+        return getattr(engine, name)
+    if name == "TrainModule":
+        from trainer.module import TrainModule
+
+        return TrainModule
+    raise AttributeError(f"module 'trainer' has no attribute {name!r}")

@@ -1,0 +1,182 @@
+"""Typed job configuration, composed in layers and validated once, at the edge.
+
+Layers, later wins: the dataclass defaults, a job YAML (`--config`), then CLI overrides
+(`--cores`, `--set trainer.max_epochs=5`, ...). Every key is checked: an unknown or
+mistyped key is a `UserError` naming the dotted key, the value given and what is allowed.
+Imports no torch, so a bad value is refused in milliseconds.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from trainer.errors import UserError
+from trainer.precision import canonical_precision
+
+LAST_BATCH_CHOICES = ("pad", "drop")
+DEFAULT_MODULE = "trainer.examples.digits:DigitsClassifier"
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """How the engine trains: devices, precision, length, logging."""
+
+    devices: Any = 1
+    """1, the host's device count, "auto", or one device index as a list ([5]). CLI: --cores."""
+    precision: str = "fp32"
+    """fp32, bf16 (mixed), bf16-true, or Lightning's 32/16/bf16-mixed/... spellings."""
+    max_epochs: int = 15
+    """Passes over the training data."""
+    seed: int = 0
+    """Seeds Python, NumPy, torch and the XLA generator, and the default shuffle order."""
+    log_every_n_steps: int = 10
+    """Read the loss to the host (asynchronously) every this many steps; never more often."""
+    last_batch: str = "pad"
+    """A ragged last batch is padded to full size and masked ("pad") or skipped ("drop")."""
+    progress_bar: bool = True
+    """Show a tqdm bar with loss and throughput."""
+    prefetch_batches: int = 2
+    """Batches copied to the device ahead of the step that uses them (overlaps compute)."""
+    run_dir: str = ""
+    """Where outputs go; empty means runs/<time>-<job name>. Must not already hold a run."""
+    env_profile: str = "auto"
+    """Runtime environment profile from env/: cpu, tpu-vm, ...; auto picks tpu-vm on a TPU host."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "precision", canonical_precision(self.precision, "trainer.precision"))
+        _require(self.max_epochs >= 1, "trainer.max_epochs", self.max_epochs, "an integer >= 1")
+        _require(
+            self.log_every_n_steps >= 1, "trainer.log_every_n_steps", self.log_every_n_steps,
+            "an integer >= 1",
+        )
+        _require(
+            self.last_batch in LAST_BATCH_CHOICES, "trainer.last_batch", self.last_batch,
+            " or ".join(LAST_BATCH_CHOICES),
+        )
+        _require(self.prefetch_batches >= 1, "trainer.prefetch_batches", self.prefetch_batches, ">= 1")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """A whole training job: which module to train, with which arguments, and how."""
+
+    module: str = DEFAULT_MODULE
+    """The TrainModule class as "package.module:Class"."""
+    module_args: dict = field(default_factory=dict)
+    """Keyword arguments for the module's constructor (hyper-parameters, data options)."""
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    def __post_init__(self) -> None:
+        modname, _, cls = self.module.partition(":")
+        _require(bool(modname and cls), "module", self.module, 'the form "package.module:Class"')
+
+    @property
+    def name(self) -> str:
+        """A short job name for run directories: the module's class name."""
+        return self.module.rpartition(":")[2]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def load_job_config(path: str | None = None, overrides: Mapping[str, Any] | None = None) -> JobConfig:
+    """Defaults, then the YAML at `path`, then dotted-key `overrides`; validated."""
+    data: dict = {}
+    if path:
+        data = _read_yaml(Path(path))
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(data, dotted, value)
+    return _build(JobConfig, data, prefix="")
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`key.sub=value` from `--set`, the value read as a YAML scalar (8, true, [5], bf16)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise UserError(
+            f"--set {text!r} is not of the form dotted.key=value. Fix: e.g. "
+            "`--set trainer.max_epochs=5` or `--set module_args.lr=0.01`."
+        )
+    return key.strip(), parse_scalar(raw)
+
+
+def parse_scalar(raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise UserError(f"cannot read the job config {path}: {exc.strerror}. Fix: pass an existing YAML file to --config.") from exc
+    except yaml.YAMLError as exc:
+        raise UserError(f"the job config {path} is not valid YAML: {exc}. Fix the file and rerun.") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"the job config {path} must be a mapping of keys (module, module_args, trainer), not a {type(data).__name__}.")
+    return data
+
+
+def _set_dotted(data: dict, dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise UserError(f"cannot set {dotted!r}: {part!r} is not a section. Fix: check the key's spelling.")
+    node[leaf] = value
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
+    """Instantiate dataclass `cls` from a mapping, checking keys and scalar types."""
+    if not isinstance(data, Mapping):
+        raise UserError(f"{prefix.rstrip('.') or 'the config'} must be a mapping, got {data!r}.")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        dotted = prefix + str(key)
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f" Did you mean {prefix}{close[0]}?" if close else ""
+            raise UserError(
+                f"unknown config key {dotted!r}.{hint} Allowed keys here: "
+                f"{', '.join(prefix + n for n in names)}."
+            )
+        expected = hints[key]
+        if dataclasses.is_dataclass(expected):
+            kwargs[key] = _build(expected, value, dotted + ".")
+        else:
+            kwargs[key] = _check_type(dotted, value, expected)
+    return cls(**kwargs)
+
+
+def _check_type(dotted: str, value: Any, expected: Any) -> Any:
+    if expected is Any:
+        return value
+    if expected is float and type(value) is int:
+        return float(value)
+    if expected is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    ok = type(value) is expected if expected in (int, bool) else isinstance(value, expected)
+    if not ok:
+        raise UserError(
+            f"config key {dotted!r} got {value!r} ({type(value).__name__}); it must be a "
+            f"{expected.__name__}. Fix the value in the job YAML or on the command line."
+        )
+    return value
+
+
+def _require(condition: bool, dotted: str, value: Any, allowed: str) -> None:
+    if not condition:
+        raise UserError(f"config key {dotted!r} got {value!r}; allowed: {allowed}. Fix the value and rerun.")

@@ -1,0 +1,1 @@
+"""Ready-made jobs; `digits` is the default job of `make train`."""

@@ -1,0 +1,140 @@
+"""A run directory and everything written into it.
+
+    RUN_DIR/config.yaml     the fully resolved job config, written before training
+    RUN_DIR/metrics.csv     one row per epoch: losses, validation metrics, compiles, speed
+    RUN_DIR/steps.csv       one row per logged step: the loss read asynchronously
+    RUN_DIR/tb/             TensorBoard events (the same numbers)
+    RUN_DIR/checkpoints/    the final checkpoint (final.ckpt)
+    RUN_DIR/metrics.png     loss and validation metrics per epoch
+    RUN_DIR/summary.json    the final numbers, for scripts and CI
+
+Only the process that owns shared outputs (process 0) creates a `RunOutputs` that
+writes; the others get `RunOutputs.disabled()`.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from trainer.errors import UserError
+
+_EPOCH_FIELDS = ("epoch", "global_step", "train_loss", "compiles", "epoch_seconds", "samples_per_second")
+
+
+def prepare_run_dir(path: Path) -> Path:
+    """Create `path`; refuse one that already holds a run, so nothing is overwritten."""
+    if path.exists() and any(path.iterdir()):
+        raise UserError(
+            f"the run directory {path} already holds files, and tpu-trainer never overwrites a "
+            "run. Fix: pass a new --run-dir (or RUN_DIR=...), or leave it empty for a fresh "
+            "runs/<time>-<job> directory."
+        )
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class RunOutputs:
+    def __init__(self, path: Path | None):
+        self.path = path
+        self._lock = threading.Lock()
+        self._epoch_rows: list[dict[str, Any]] = []
+        self._tb = None
+        self._steps_file = None
+        self._steps = None
+        if path is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(path / "tb"))
+            self._steps_file = open(path / "steps.csv", "w", newline="")
+            self._steps = csv.writer(self._steps_file)
+            self._steps.writerow(["global_step", "epoch", "loss"])
+
+    @classmethod
+    def disabled(cls) -> "RunOutputs":
+        return cls(None)
+
+    @property
+    def enabled(self) -> bool:
+        return self.path is not None
+
+    def write_config(self, resolved: Mapping[str, Any]) -> None:
+        if self.enabled:
+            _write_text(self.path / "config.yaml", yaml.safe_dump(dict(resolved), sort_keys=False))
+
+    def log_step(self, global_step: int, epoch: int, loss: float) -> None:
+        """Called from the asynchronous step closure thread."""
+        if not self.enabled:
+            return
+        with self._lock:
+            self._steps.writerow([global_step, epoch, repr(loss)])
+            self._tb.add_scalar("train/loss", loss, global_step)
+
+    def log_epoch(self, row: Mapping[str, Any]) -> None:
+        self._epoch_rows.append(dict(row))
+        if not self.enabled:
+            return
+        with self._lock:
+            fields = list(_EPOCH_FIELDS) + sorted(k for k in row if k not in _EPOCH_FIELDS)
+            with open(self.path / "metrics.csv", "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=fields)
+                writer.writeheader()
+                writer.writerows(self._epoch_rows)
+            for key, value in row.items():
+                if key not in ("epoch", "global_step") and isinstance(value, (int, float)):
+                    self._tb.add_scalar(f"epoch/{key}", value, row["epoch"])
+            self._tb.flush()
+            self._steps_file.flush()
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        return list(self._epoch_rows)
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        if self.enabled:
+            _write_text(self.path / "summary.json", json.dumps(dict(summary), indent=2) + "\n")
+
+    def plot(self) -> None:
+        """metrics.png: training/validation loss and every other validation metric per epoch."""
+        if not self.enabled or not self._epoch_rows:
+            return
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        epochs = [r["epoch"] for r in self._epoch_rows]
+        others = sorted(k for k in self._epoch_rows[0] if k.startswith("val_") and k != "val_loss")
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for key in ("train_loss", "val_loss"):
+            if key in self._epoch_rows[0]:
+                axes[0].plot(epochs, [r[key] for r in self._epoch_rows], marker="o", label=key)
+        axes[0].set(title="loss", xlabel="epoch", yscale="log")
+        for key in others:
+            axes[1].plot(epochs, [r[key] for r in self._epoch_rows], marker="o", label=key)
+        axes[1].set(title="validation", xlabel="epoch")
+        for ax in axes:
+            ax.grid(alpha=0.3)
+            if ax.lines:
+                ax.legend()
+        fig.tight_layout()
+        fig.savefig(self.path / "metrics.png", dpi=100)
+        plt.close(fig)
+
+    def close(self) -> None:
+        if self.enabled:
+            with self._lock:
+                self._tb.close()
+                self._steps_file.close()
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write whole or not at all: a temporary file, then an atomic rename."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,189 @@
+"""The XLA runtime: host discovery, profile choice, preflight, then torch_xla start-up.
+
+Everything before `start_xla` imports no torch: a wrong CORES, profile or version pair
+is refused in milliseconds with the fix, instead of after torch_xla's 4 s import or,
+worse, after torch_xla silently fell back to the CPU.
+"""
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Mapping
+
+from trainer import env_vars
+from trainer.devices import DeviceSelection, select_devices
+from trainer.errors import UserError
+from trainer.profiles import Profile, check_runtime_supported, load_profile
+
+log = logging.getLogger(__name__)
+
+TPU_DEVICE_GLOBS = ("/dev/accel*", "/dev/vfio/[0-9]*")
+# TPU generations whose chips PJRT exposes as two devices (one per TensorCore).
+_TWO_CORE_CHIPS = ("v2", "v3")
+
+
+@dataclass(frozen=True)
+class RuntimePlan:
+    """What the run will use, decided before torch_xla is imported."""
+
+    profile: Profile
+    host_devices: int
+    selection: DeviceSelection
+    env: Mapping[str, str]
+    """The variables the profile set for this run (recorded in the run manifest)."""
+
+
+def tpu_device_files() -> list[str]:
+    return sorted(f for pattern in TPU_DEVICE_GLOBS for f in glob.glob(pattern))
+
+
+def tpu_host_devices(environ: Mapping[str, str] = os.environ) -> int:
+    """XLA devices of this TPU host: chips, times two on v2/v3 (one device per TensorCore)."""
+    chips = len(tpu_device_files())
+    accelerator = environ.get(env_vars.TPU_ACCELERATOR_TYPE, "")
+    if chips == 0:
+        match = re.fullmatch(r"(v\d+\w*)-(\d+)", accelerator)
+        chips = int(match.group(2)) // (2 if match.group(1) in _TWO_CORE_CHIPS else 1) if match else 0
+        chips = min(chips, 4) if chips else 0  # a slice larger than a host: one host holds at most 4 chips
+    generation = accelerator.split("-")[0]
+    return chips * (2 if generation in _TWO_CORE_CHIPS else 1)
+
+
+def default_profile_name(environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
+    """`tpu-vm` when this host has a TPU, else `cpu`; with the reason, for the log line."""
+    files = tpu_device_files()
+    if files:
+        return "tpu-vm", f"TPU device files found ({', '.join(files[:2])}...)"
+    if environ.get(env_vars.TPU_ACCELERATOR_TYPE):
+        return "tpu-vm", f"{env_vars.TPU_ACCELERATOR_TYPE}={environ[env_vars.TPU_ACCELERATOR_TYPE]}"
+    return "cpu", "no TPU found on this host (no /dev/accel*, /dev/vfio/*)"
+
+
+def check_version_pair() -> tuple[str, str]:
+    """torch and torch_xla must share major.minor; torch-xla's metadata does not enforce it."""
+    try:
+        torch_version = metadata.version("torch")
+        xla_version = metadata.version("torch-xla")
+    except metadata.PackageNotFoundError as exc:
+        raise UserError(
+            f"{exc.args[0]} is not installed in this Python ({os.sys.executable}). tpu-trainer needs a "
+            "matched torch/torch_xla pair. Fix: run `make train` (it creates .venv with the pinned "
+            "pair), or `pip install -c env/constraints-2.9.txt torch torch-xla`."
+        ) from None
+
+    def release(version: str) -> tuple[int, int]:
+        return tuple(int(p) for p in re.findall(r"\d+", version)[:2])  # type: ignore[return-value]
+
+    if release(torch_version) != release(xla_version):
+        wanted = ".".join(map(str, release(xla_version)))
+        raise UserError(
+            f"torch {torch_version} and torch_xla {xla_version} are not a matched pair: torch_xla "
+            f"{xla_version} is built against torch {wanted}.x, and importing it with another torch "
+            "fails with an 'undefined symbol' error. Fix: `pip install torch=="
+            f"{wanted}.0` next to torch_xla {xla_version} (or use the exact pins in "
+            "env/constraints-*.txt, as `make train` does)."
+        )
+    return torch_version, xla_version
+
+
+def plan_runtime(devices: Any, profile_name: str = "auto") -> RuntimePlan:
+    """Choose the profile, count the host's devices, validate CORES; no torch imported."""
+    if profile_name == "auto":
+        profile_name, why = default_profile_name()
+        log.info("environment profile: %s (%s; override with --env-profile)", profile_name, why)
+    profile = load_profile(profile_name)
+    check_runtime_supported(profile)
+    host_devices = profile.devices_per_host or tpu_host_devices()
+    if host_devices == 0:
+        raise UserError(
+            f"profile {profile.name!r} targets a TPU, but this host has no TPU devices "
+            "(no /dev/accel*, no /dev/vfio/*, no TPU_ACCELERATOR_TYPE). torch_xla would fall back "
+            "to the CPU without saying so (\"Missing XLA configuration\"). Fix: on a TPU VM, check "
+            "that no other process holds the TPU (`invoke tpu-clean`); elsewhere use `--env-profile cpu`."
+        )
+    selection = select_devices(devices, host_devices)
+    env = profile.render(devices=max(selection.devices_needed, selection.count))
+    return RuntimePlan(profile=profile, host_devices=host_devices, selection=selection, env=env)
+
+
+def apply_environment(plan: RuntimePlan) -> None:
+    """Export the profile's variables (before torch_xla reads them); say what we override."""
+    for key, value in plan.env.items():
+        current = os.environ.get(key)
+        if current is not None and current != value:
+            log.warning("profile %s sets %s=%s (it was %s)", plan.profile.name, key, value, current)
+        os.environ[key] = value
+
+
+@dataclass
+class XlaRuntime:
+    """torch_xla, started for one run."""
+
+    device: Any
+    mesh: Any | None
+    """The SPMD mesh over every device (axis `data`), or None on one device."""
+    process_index: int
+    process_count: int
+    torch_version: str
+    xla_version: str
+
+    @property
+    def is_global_zero(self) -> bool:
+        """The process that writes shared outputs (logs, checkpoints manifest)."""
+        return self.process_index == 0
+
+
+def start_xla(plan: RuntimePlan) -> XlaRuntime:
+    """Preflight, import torch_xla, enable SPMD when several devices, verify the devices exist."""
+    torch_version, xla_version = check_version_pair()
+    check_tpu_runtime(plan)
+    import numpy as np
+    import torch_xla
+    import torch_xla.runtime as xr
+
+    mesh = None
+    if plan.selection.spmd:
+        xr.use_spmd()  # must precede any tensor on the device
+    available = xr.global_runtime_device_count()
+    if plan.selection.spmd and available != plan.selection.count * xr.process_count():
+        raise UserError(
+            f"CORES={plan.selection.count} needs {plan.selection.count} devices per host, but the "
+            f"XLA runtime reports {available} in all for {xr.process_count()} host(s). Fix: "
+            f"use CORES=1 or CORES=auto (all of this host's devices)."
+        )
+    if plan.selection.spmd:
+        import torch_xla.distributed.spmd as xs
+
+        mesh = xs.Mesh(np.arange(available), (available,), ("data",))
+        device = torch_xla.device()
+    else:
+        index = plan.selection.index or 0
+        if index >= available:
+            raise UserError(f"device {index} does not exist: the XLA runtime has {available} device(s) here. Fix: CORES=[0] to [{available - 1}].")
+        device = torch_xla.device(index)
+    return XlaRuntime(
+        device=device,
+        mesh=mesh,
+        process_index=xr.process_index(),
+        process_count=xr.process_count(),
+        torch_version=torch_version,
+        xla_version=xla_version,
+    )
+
+
+def check_tpu_runtime(plan: RuntimePlan) -> None:
+    """A TPU target needs libtpu; without it torch_xla would fail obscurely or use the CPU."""
+    if plan.env.get(env_vars.PJRT_DEVICE) != "TPU":
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("libtpu") is None and not os.environ.get("TPU_LIBRARY_PATH"):
+        raise UserError(
+            "the run targets a TPU (PJRT_DEVICE=TPU) but libtpu is not installed in this Python. "
+            "Fix: `pip install torch-xla[tpu]==<your torch_xla version>` (it pins the matching "
+            "libtpu), or use our image, which has it."
+        )
