@@ -14,6 +14,86 @@ from invoke import Exit, task
 # ----------------------------------------------------------------------------- engine
 # (train, test, env) — owned by the engine issue.
 
+TRAINER = [sys.executable, "-m", "trainer"]
+PYTEST_NO_TESTS = 5
+
+
+def _run(c, argv: list[str]) -> None:
+    """Run a command, streaming its output; fail with its exit code (its message is already shown)."""
+    result = c.run(shlex.join(argv), pty=sys.stdout.isatty(), warn=True)
+    if result.exited:
+        raise Exit(code=result.exited)
+
+
+@task(
+    help={
+        "cores": "1, the host's device count (8 here), auto, or one device as a list: [5]",
+        "precision": "fp32 (default), bf16 (autocast), bf16-true, or Lightning's 32/16-mixed/bf16-mixed",
+        "epochs": "passes over the training data",
+        "run_dir": "output directory (default runs/<time>-<job>); must be new or empty unless resuming",
+        "config": "a job YAML (module, module_args, trainer: ...)",
+        "profile": "environment profile from env/ (default: tpu-vm on a TPU host, cpu otherwise)",
+        "args": "more CLI flags for `tpu-trainer train`, e.g. '--set module_args.lr=0.01'",
+        "resume": "auto (newest valid checkpoint in --run-dir; fresh if none) or a checkpoint file",
+    }
+)
+def train(c, cores=None, precision=None, epochs=None, run_dir=None, config=None, profile=None, args="",
+          resume=None):
+    """Train a job on XLA with the engine's CLI (default: an MLP on the 8x8 digits).
+
+    Exit codes: 0 done, 2 a config/user error, 143 stopped by SIGTERM and 130 by SIGINT
+    (a checkpoint was written; rerun with --resume auto to continue exactly).
+    """
+    argv = TRAINER + ["train"]
+    for flag, value in (("--cores", cores), ("--precision", precision), ("--max-epochs", epochs),
+                        ("--run-dir", run_dir), ("--config", config), ("--env-profile", profile),
+                        ("--resume", resume)):
+        if value is not None:
+            argv += [flag, str(value)]
+    _run(c, argv + shlex.split(args))
+
+
+@task(help={"marker": "pytest -m expression", "k": "pytest -k expression", "args": "more pytest arguments"})
+def test(c, marker="not docker", k=None, args=""):
+    """Run the test suite on CPU-emulated XLA (the image tests run with `invoke test-image`)."""
+    argv = [sys.executable, "-m", "pytest", "-m", marker] + (["-k", k] if k else []) + shlex.split(args)
+    result = c.run(shlex.join(argv), pty=sys.stdout.isatty(), warn=True)
+    if result.exited == PYTEST_NO_TESTS:
+        raise Exit(f"pytest selected no tests (-m {marker!r}); a run that tests nothing is a failure.", code=1)
+    if result.exited:
+        raise Exit(code=result.exited)
+
+
+@task(help={"profile": "cpu, tpu-vm, xrt-tpu-vm or xrt-tpu-node (files in env/)", "cores": "devices the run uses"})
+def env(c, profile, cores=None):
+    """Print a profile's environment as exports: eval "$(invoke env --profile cpu --cores 8)"."""
+    argv = TRAINER + ["env", "--profile", profile] + (["--cores", str(cores)] if cores else [])
+    result = c.run(shlex.join(argv), hide="out", warn=True)
+    if result.exited:
+        raise Exit(code=result.exited)
+    print(result.stdout, end="")
+
+
+@task(help={"run_dir": "the run directory to reproduce (it holds manifest.json and steps.csv)",
+            "out": "where the new run directory goes (default: runs/)"})
+def reproduce(c, run_dir, out="runs"):
+    """Re-run RUN_DIR's exact job (in its image when it had one) and report whether the losses match.
+
+    Exits 0 when every logged loss is bitwise identical, 1 otherwise.
+    """
+    from pathlib import Path
+
+    from tooling.errors import ToolingError
+    from tooling.reproduce import reproduce as rerun
+
+    try:
+        comparison = rerun(Path(run_dir), Path(out))
+    except ToolingError as err:
+        raise Exit(str(err), code=1) from None
+    print(comparison.describe())
+    if not comparison.equal:
+        raise Exit(code=1)
+
 # ----------------------------------------------------------------------------- images
 # (build, push, run, base-image, matrix) — owned by the images issue.
 # Tooling imports stay inside the tasks: `invoke --list` must not need the Docker SDK.
@@ -48,14 +128,15 @@ def image_build(c, version="", base_image="", ca_bundle="", index_url="", no_cac
         raise Exit(str(err), code=1) from None
 
 
-@task(name="base-image", help={"tag": "NAME:TAG for the result", "mirror": "Debian mirror URL"})
-def image_base(c, tag="tpu-trainer-base:3.11-bookworm", mirror="http://deb.debian.org/debian"):
+@task(name="base-image", help={"tag": "NAME:TAG for the result", "mirror": "Debian mirror URL",
+                               "force": "make it again even if TAG exists (invalidates build caches)"})
+def image_base(c, tag="tpu-trainer-base:3.11-bookworm", mirror="http://deb.debian.org/debian", force=False):
     """Make an offline equivalent of python:3.11-slim-bookworm (debootstrap + import; needs root)."""
     from tooling.base_image import make_base_image
     from tooling.errors import ToolingError
 
     try:
-        make_base_image(tag, mirror=mirror)
+        make_base_image(tag, mirror=mirror, force=force)
     except ToolingError as err:
         raise Exit(str(err), code=1) from None
 
@@ -132,9 +213,9 @@ def image_matrix(c, versions="", max_epochs=0, run_root="runs/matrix"):
     from tooling.versions import get_pair, load_pairs
 
     try:
-        keys = [get_pair(k).key for k in versions.split(",")] if versions else list(load_pairs())
+        pairs = [get_pair(k) for k in versions.split(",")] if versions else list(load_pairs().values())
         results = []
-        for cell in cells(keys):
+        for cell in cells(pairs):
             print(f"=== {cell.name}", flush=True)
             results.append(run_cell(cell, Path(run_root), max_epochs or None))
     except ToolingError as err:
@@ -158,7 +239,8 @@ def image_test(c, base_image="", ca_bundle="", index_url=""):
         build_image(get_pair(), _image_options(base_image, ca_bundle, index_url))
     except ToolingError as err:
         raise Exit(str(err), code=1) from None
-    c.run(f"{shlex.quote(sys.executable)} -m pytest -m docker tests", pty=False)
+    c.run(f"{shlex.quote(sys.executable)} -m pytest -m docker tests/test_image.py "
+          "tests/test_image_errors.py tests/test_registry.py", pty=False)
 
 # ----------------------------------------------------------------------------- pods
 # (pod, tpu-clean) — owned by the pod issue.
@@ -176,10 +258,13 @@ _WHERE_HELP = {
 @task(
     help={
         **_WHERE_HELP,
-        "image": "image every worker pulls and runs; `none` runs --entrypoint on the host",
+        "image": "image every worker pulls and runs, by registry path (reg/repo/tpu-trainer:2.9);"
+        " `none` runs --entrypoint on the host",
         "setup": "bash script run on every worker first (code, data); its text is sent over ssh",
         "dry-run": "print every worker's exact commands, run nothing",
         "pull": "pull the image on every worker first (--no-pull: use each worker's local copy)",
+        "privileged": "docker run --privileged, so the container sees the TPU "
+        "(--no-privileged: for hosts that forbid it)",
         "job": "job name for containers/pidfiles on the workers (default: time + random)",
         "entrypoint": "the engine CLI on the hosts, used with --image none",
         "env": "NAME=VALUE from trainer/env_vars.py for every worker (repeatable)",
@@ -187,10 +272,11 @@ _WHERE_HELP = {
         "grace": "seconds a stopped worker gets between SIGTERM and SIGKILL",
     },
     iterable=["env", "volume", "ssh_option"],
+    auto_shortflags=False,  # `-h` for --hosts or `-` for --ssh-option would only confuse
 )
 def pod(c, tpu="", zone="", project="", hosts="", image="tpu-trainer:2.9", setup="",
-        dry_run=False, pull=True, job="", entrypoint="tpu-trainer", env=None, volume=None,
-        identity="", ssh_option=None, grace=10):  # fmt: skip
+        dry_run=False, pull=True, privileged=True, job="", entrypoint="tpu-trainer",
+        env=None, volume=None, identity="", ssh_option=None, grace=10):  # fmt: skip
     """Run `tpu-trainer train ARGS` on every worker: `invoke pod --tpu NAME --zone Z -- ARGS`.
 
     Each worker gets PJRT_DEVICE=TPU, its TPU_TRAINER_PROCESS_INDEX and the process count;
@@ -206,7 +292,7 @@ def pod(c, tpu="", zone="", project="", hosts="", image="tpu-trainer:2.9", setup
         spec = PodSpec(
             job=job or launcher.new_job_name(), args=tuple(shlex.split(c.remainder)),
             image=None if image == "none" else image, entrypoint=entrypoint, pull=pull,
-            setup=launcher.read_setup(setup), env=launcher.parse_env(env or []),
+            privileged=privileged, setup=launcher.read_setup(setup), env=launcher.parse_env(env or []),
             volumes=tuple(volume or []), grace_seconds=int(grace),
         )  # fmt: skip
         transport = transports.choose(tpu, zone, project, hosts, identity, ssh_option or [])
@@ -223,6 +309,7 @@ def pod(c, tpu="", zone="", project="", hosts="", image="tpu-trainer:2.9", setup
         "sudo": "run as root on the workers (sudo -n), to see every user's processes",
     },
     iterable=["ssh_option"],
+    auto_shortflags=False,
 )
 def tpu_clean(c, tpu="", zone="", project="", hosts="", grace=10, list_only=False, sudo=False,
               identity="", ssh_option=None):  # fmt: skip

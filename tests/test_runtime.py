@@ -54,3 +54,16 @@ def test_matched_pair_passes_preflight():
     proc = subprocess.run([sys.executable, "-m", "trainer", "preflight"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "a matched pair" in proc.stdout
+
+
+def test_explicit_pjrt_tpu_never_falls_back_to_cpu():
+    assert default_profile_name({"PJRT_DEVICE": "TPU"})[0] == "tpu-vm"
+
+
+def test_launcher_topology_must_match_the_runtime():
+    from trainer.runtime import check_launcher_topology
+
+    check_launcher_topology(0, 1, {})
+    check_launcher_topology(1, 2, {"TPU_TRAINER_PROCESS_INDEX": "1", "TPU_TRAINER_PROCESS_COUNT": "2"})
+    with pytest.raises(UserError, match=r"process 1 of 2 .* says it is process 0 of 1.*worker order"):
+        check_launcher_topology(0, 1, {"TPU_TRAINER_PROCESS_INDEX": "1", "TPU_TRAINER_PROCESS_COUNT": "2"})

@@ -5,7 +5,7 @@ Imports are lazy so that config parsing and validation (`trainer.config`,
 """
 from trainer.errors import UserError
 
-__all__ = ["Trainer", "TrainModule", "FitResult", "UserError"]
+__all__ = ["Trainer", "TrainModule", "FitResult", "TrainingInterrupted", "UserError"]
 
 
 def __getattr__(name: str):
@@ -13,6 +13,10 @@ def __getattr__(name: str):
         from trainer import engine
 
         return getattr(engine, name)
+    if name == "TrainingInterrupted":  # fit() stopped by SIGTERM/SIGINT after saving a checkpoint
+        from trainer.preemption import TrainingInterrupted
+
+        return TrainingInterrupted
     if name == "TrainModule":
         from trainer.module import TrainModule
 

@@ -29,6 +29,7 @@ FLAG_KEYS = {
     "env_profile": "trainer.env_profile",
     "log_every_n_steps": "trainer.log_every_n_steps",
     "last_batch": "trainer.last_batch",
+    "resume": "trainer.resume",
 }
 
 
@@ -44,10 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--precision", help="fp32 (default), bf16 (autocast), bf16-true (bf16 weights), or Lightning's 32/16-mixed/bf16-mixed...")
     train.add_argument("--max-epochs", "--epochs", dest="max_epochs", type=int, help="passes over the training data")
     train.add_argument("--seed", type=int, help="one seed for Python, NumPy, torch, XLA and the shuffle order")
-    train.add_argument("--run-dir", help="output directory (default runs/<time>-<job>); must be new or empty")
+    train.add_argument("--run-dir", help="output directory (default runs/<time>-<job>); must be new or empty, unless resuming")
     train.add_argument("--env-profile", help="runtime profile from env/: cpu, tpu-vm, ... (default auto)")
     train.add_argument("--log-every-n-steps", type=int, help="read the loss to the host every N steps (asynchronously)")
     train.add_argument("--last-batch", choices=("pad", "drop"), help="pad+mask (default) or drop a ragged last batch")
+    train.add_argument("--resume", metavar="auto|PATH",
+                       help="auto: continue from the newest valid checkpoint in --run-dir (fresh if none); "
+                            "PATH: from that checkpoint file. Exit codes after SIGTERM/SIGINT: 143/130")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override any config key, e.g. --set module_args.lr=0.01 (repeatable)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
@@ -82,14 +86,21 @@ def job_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_train(args: argparse.Namespace) -> int:
     from trainer.config import load_job_config
-    from trainer.engine import Trainer
+    from trainer.engine import Trainer, seed_host
     from trainer.runtime import apply_environment
 
     job = load_job_config(args.config, job_overrides(args))
     trainer = Trainer.from_job(job)  # validates devices and profile; no torch yet
     apply_environment(trainer.plan)  # before the user's module can import torch_xla
+    seed_host(job.trainer.seed)  # the module's initial weights: same seed, same weights
     module = instantiate_module(job.module, job.module_args)
-    result = trainer.fit(module)
+    from trainer.preemption import TrainingInterrupted
+
+    try:
+        result = trainer.fit(module)
+    except TrainingInterrupted as stop:
+        print(f"interrupted: {stop}", file=sys.stderr)
+        return stop.exit_code
     shown = {k: round(v, 4) for k, v in result.metrics.items()}
     print(f"done: {shown}; compiles per epoch {result.compiles_per_epoch}; outputs in {result.run_dir}")
     return 0

@@ -44,9 +44,12 @@ class TrainerConfig:
     prefetch_batches: int = 2
     """Batches copied to the device ahead of the step that uses them (overlaps compute)."""
     run_dir: str = ""
-    """Where outputs go; empty means runs/<time>-<job name>. Must not already hold a run."""
+    """Where outputs go; empty means runs/<time>-<job name>. Must not already hold a run, unless resuming it."""
     env_profile: str = "auto"
     """Runtime environment profile from env/: cpu, tpu-vm, ...; auto picks tpu-vm on a TPU host."""
+    resume: str = ""
+    """Empty: start fresh. "auto": continue from the newest valid checkpoint in run_dir (fresh if it
+    has none). A path: resume from that checkpoint file (verified against its manifest). CLI: --resume."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "precision", canonical_precision(self.precision, "trainer.precision"))
@@ -60,6 +63,27 @@ class TrainerConfig:
             " or ".join(LAST_BATCH_CHOICES),
         )
         _require(self.prefetch_batches >= 1, "trainer.prefetch_batches", self.prefetch_batches, ">= 1")
+        _require(
+            self.resume != "auto" or bool(self.run_dir), "trainer.resume", self.resume,
+            "auto together with a run directory (--run-dir / RUN_DIR=...) to look in",
+        )
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """When checkpoints are written (RUN_DIR/checkpoints/) and how many are kept."""
+
+    every_n_steps: int = 0
+    """Also save after every this many optimizer steps (0: off). Costs one device-to-host copy."""
+    every_n_epochs: int = 1
+    """Save after every this many epochs (0: off). The last epoch always writes final.ckpt."""
+    keep_last: int = 3
+    """Periodic checkpoints kept (the newest; final.ckpt is always kept). 0 keeps all."""
+
+    def __post_init__(self) -> None:
+        for key in ("every_n_steps", "every_n_epochs", "keep_last"):
+            value = getattr(self, key)
+            _require(value >= 0, f"checkpoint.{key}", value, "an integer >= 0 (0 turns it off)")
 
 
 @dataclass(frozen=True)
@@ -71,6 +95,7 @@ class JobConfig:
     module_args: dict = field(default_factory=dict)
     """Keyword arguments for the module's constructor (hyper-parameters, data options)."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def __post_init__(self) -> None:
         modname, _, cls = self.module.partition(":")

@@ -70,21 +70,23 @@ class DeviceLoader:
         ready: queue.Queue = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
 
+        def put(item: Any) -> bool:
+            while not stop.is_set():
+                try:
+                    ready.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         def produce() -> None:
             try:
                 for batch, mask in self.batches:
-                    item = self.transfer((batch, mask))
-                    while not stop.is_set():
-                        try:
-                            ready.put(item, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
+                    if not put(self.transfer((batch, mask))):
                         return
-                ready.put(_DONE)
+                put(_DONE)
             except BaseException as exc:  # surfaced in the consumer, with its traceback
-                ready.put(exc)
+                put(exc)
 
         worker = threading.Thread(target=produce, name="device-loader", daemon=True)
         worker.start()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -82,17 +81,21 @@ class Trainer:
         return Path("runs") / f"{stamp}-{self.job.name}"
 
 
-def seed_everything(seed: int, device: Any) -> None:
-    """Python, NumPy, torch (CPU) and the XLA device generator, from one seed."""
+def seed_host(seed: int) -> None:
+    """Python, NumPy and torch (CPU). Call before the module is built: its initial weights
+    come from torch's CPU generator, and an unseeded build makes every run differ."""
     import numpy as np
     import torch
-    import torch_xla.core.xla_model as xm
 
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def seed_everything(seed: int, device: Any) -> None:
+    """Python, NumPy, torch (CPU) and the XLA device generator, from one seed."""
+    import torch_xla.core.xla_model as xm
+
+    seed_host(seed)
     xm.set_rng_state(seed, device=device)
 
-
-def elapsed_since(start: float) -> float:
-    return time.perf_counter() - start

@@ -13,6 +13,7 @@ The XLA rules, each with its reason:
 """
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 from typing import Any, Callable, Mapping
@@ -73,18 +74,33 @@ class StepReporter:
         self.on_loss = on_loss
         self.latest: float | None = None
         self.non_finite_steps: list[int] = []
+        self._scheduled = self._reported = 0
+        self._done = threading.Condition()
 
     def schedule(self, loss: torch.Tensor, global_step: int, epoch: int) -> None:
         import torch_xla.core.xla_model as xm
 
+        self._scheduled += 1
         xm.add_step_closure(self._report, args=(loss, global_step, epoch), run_async=True)
 
+    def drain(self, timeout: float = 60.0) -> None:
+        """Wait until every scheduled loss is reported (call after the step's sync, e.g. before a checkpoint)."""
+        with self._done:
+            if not self._done.wait_for(lambda: self._reported >= self._scheduled, timeout=timeout):
+                warnings.warn(f"{self._scheduled - self._reported} logged loss(es) were not reported within "
+                              f"{timeout:.0f} s; steps.csv may miss them", stacklevel=2)
+
     def _report(self, loss: torch.Tensor, global_step: int, epoch: int) -> None:
-        value = loss.item()
-        self.latest = value
-        if value != value or value in (float("inf"), float("-inf")):
-            self.non_finite_steps.append(global_step)
-        self.on_loss(global_step, epoch, value)
+        try:
+            value = loss.item()
+            self.latest = value
+            if value != value or value in (float("inf"), float("-inf")):
+                self.non_finite_steps.append(global_step)
+            self.on_loss(global_step, epoch, value)
+        finally:
+            with self._done:
+                self._reported += 1
+                self._done.notify_all()
 
 
 class EpochLoop:
@@ -98,12 +114,18 @@ class EpochLoop:
         self.samples_per_step = samples_per_step
         self._warned_scalar = False
 
-    def train_epoch(self, loader: Any, epoch: int, global_step: int, bar: Any) -> int:
+    def train_epoch(self, loader: Any, epoch: int, global_step: int, bar: Any, start_batch: int = 0,
+                    after_step: Callable[[int, int], None] | None = None) -> int:
+        """Run the epoch's steps from batch `start_batch` (a resumed epoch); returns the global step.
+
+        `after_step(global_step, batches_done)` runs at each step boundary, after the sync:
+        the only place a checkpoint or a preemption stop may happen.
+        """
         import torch_xla
 
         self.module.train()
         last_log, last_time = global_step, time.perf_counter()
-        for batch_idx, (batch, mask) in enumerate(loader):
+        for batch_idx, (batch, mask) in enumerate(loader, start=start_batch):
             loss = self._train_step(batch, mask, batch_idx)
             self.acc.add("train_loss_sum", loss)
             global_step += 1
@@ -111,6 +133,8 @@ class EpochLoop:
                 self.reporter.schedule(loss, global_step, epoch)
             torch_xla.sync()
             bar.update(1)
+            if after_step is not None:
+                after_step(global_step, batch_idx + 1)
             if global_step % self.log_every_n_steps == 0:
                 now = time.perf_counter()
                 rate = (global_step - last_log) * self.samples_per_step / max(now - last_time, 1e-9)

@@ -4,9 +4,15 @@
     RUN_DIR/metrics.csv     one row per epoch: losses, validation metrics, compiles, speed
     RUN_DIR/steps.csv       one row per logged step: the loss read asynchronously
     RUN_DIR/tb/             TensorBoard events (the same numbers)
-    RUN_DIR/checkpoints/    the final checkpoint (final.ckpt)
+    RUN_DIR/manifest.json   what produced the run: versions, image, git, environment, resumes
+    RUN_DIR/checkpoints/    periodic checkpoints, final.ckpt, and their manifest.json
     RUN_DIR/metrics.png     loss and validation metrics per epoch
     RUN_DIR/summary.json    the final numbers, for scripts and CI
+
+A resumed run continues in the same directory: steps.csv keeps the rows up to the
+checkpoint's step (rows a killed run logged after it are dropped, they will be redone)
+and is appended to; metrics.csv keeps the completed epochs. The run manifest lists
+every resume, so the directory says where it was resumed from.
 
 Only the process that owns shared outputs (process 0) creates a `RunOutputs` that
 writes; the others get `RunOutputs.disabled()`.
@@ -27,20 +33,21 @@ from trainer.errors import UserError
 _EPOCH_FIELDS = ("epoch", "global_step", "train_loss", "compiles", "epoch_seconds", "samples_per_second")
 
 
-def prepare_run_dir(path: Path) -> Path:
-    """Create `path`; refuse one that already holds a run, so nothing is overwritten."""
-    if path.exists() and any(path.iterdir()):
+def prepare_run_dir(path: Path, resuming: bool = False) -> Path:
+    """Create `path`; refuse one that already holds a run (unless resuming into it)."""
+    if not resuming and path.exists() and any(path.iterdir()):
         raise UserError(
             f"the run directory {path} already holds files, and tpu-trainer never overwrites a "
-            "run. Fix: pass a new --run-dir (or RUN_DIR=...), or leave it empty for a fresh "
-            "runs/<time>-<job> directory."
+            "run. Fix: pass a new --run-dir (or RUN_DIR=...), leave it empty for a fresh "
+            "runs/<time>-<job> directory, or continue that run with --resume auto (RESUME=auto)."
         )
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 class RunOutputs:
-    def __init__(self, path: Path | None):
+    def __init__(self, path: Path | None, resume_step: int | None = None, completed_epochs: int = 0):
+        """`resume_step`: continue the files of a run resumed at that global step."""
         self.path = path
         self._lock = threading.Lock()
         self._epoch_rows: list[dict[str, Any]] = []
@@ -51,9 +58,16 @@ class RunOutputs:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(log_dir=str(path / "tb"))
-            self._steps_file = open(path / "steps.csv", "w", newline="")
-            self._steps = csv.writer(self._steps_file)
-            self._steps.writerow(["global_step", "epoch", "loss"])
+            if resume_step is None:
+                self._steps_file = open(path / "steps.csv", "w", newline="")
+                self._steps = csv.writer(self._steps_file)
+                self._steps.writerow(["global_step", "epoch", "loss"])
+            else:
+                self._epoch_rows = _kept_rows(path / "metrics.csv", "epoch", completed_epochs)
+                kept = _kept_rows(path / "steps.csv", "global_step", resume_step)
+                _write_text(path / "steps.csv", _csv_text(["global_step", "epoch", "loss"], kept))
+                self._steps_file = open(path / "steps.csv", "a", newline="")
+                self._steps = csv.writer(self._steps_file)
 
     @classmethod
     def disabled(cls) -> "RunOutputs":
@@ -90,6 +104,13 @@ class RunOutputs:
                     self._tb.add_scalar(f"epoch/{key}", value, row["epoch"])
             self._tb.flush()
             self._steps_file.flush()
+
+    def flush_steps(self) -> None:
+        """Make the logged steps durable before a checkpoint claims them."""
+        if self.enabled:
+            with self._lock:
+                self._steps_file.flush()
+                os.fsync(self._steps_file.fileno())
 
     @property
     def history(self) -> list[dict[str, Any]]:
@@ -131,6 +152,35 @@ class RunOutputs:
             with self._lock:
                 self._tb.close()
                 self._steps_file.close()
+
+
+def _kept_rows(path: Path, key: str, upto: int) -> list[dict[str, Any]]:
+    """Rows of a CSV whose `key` column is <= `upto`, numbers parsed back."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        rows = [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    return [row for row in rows if isinstance(row.get(key), int) and row[key] <= upto]
+
+
+def _csv_text(fields: list[str], rows: list[dict[str, Any]]) -> str:
+    import io
+
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\r\n")
+    writer.writeheader()
+    for row in rows:  # losses keep their exact repr: the resumed file must compare bitwise
+        writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()})
+    return out.getvalue()
+
+
+def _number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except (TypeError, ValueError):
+            pass
+    return text
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -10,6 +10,7 @@ import glob
 import logging
 import os
 import re
+import sys
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Mapping
@@ -58,6 +59,8 @@ def default_profile_name(environ: Mapping[str, str] = os.environ) -> tuple[str, 
     files = tpu_device_files()
     if files:
         return "tpu-vm", f"TPU device files found ({', '.join(files[:2])}...)"
+    if environ.get(env_vars.PJRT_DEVICE) == "TPU":  # asked for explicitly: never fall back to the CPU
+        return "tpu-vm", f"{env_vars.PJRT_DEVICE}=TPU is set"
     if environ.get(env_vars.TPU_ACCELERATOR_TYPE):
         return "tpu-vm", f"{env_vars.TPU_ACCELERATOR_TYPE}={environ[env_vars.TPU_ACCELERATOR_TYPE]}"
     return "cpu", "no TPU found on this host (no /dev/accel*, /dev/vfio/*)"
@@ -70,7 +73,7 @@ def check_version_pair() -> tuple[str, str]:
         xla_version = metadata.version("torch-xla")
     except metadata.PackageNotFoundError as exc:
         raise UserError(
-            f"{exc.args[0]} is not installed in this Python ({os.sys.executable}). tpu-trainer needs a "
+            f"{exc.args[0]} is not installed in this Python ({sys.executable}). tpu-trainer needs a "
             "matched torch/torch_xla pair. Fix: run `make train` (it creates .venv with the pinned "
             "pair), or `pip install -c env/constraints-2.9.txt torch torch-xla`."
         ) from None
@@ -165,6 +168,7 @@ def start_xla(plan: RuntimePlan) -> XlaRuntime:
         if index >= available:
             raise UserError(f"device {index} does not exist: the XLA runtime has {available} device(s) here. Fix: CORES=[0] to [{available - 1}].")
         device = torch_xla.device(index)
+    check_launcher_topology(xr.process_index(), xr.process_count())
     return XlaRuntime(
         device=device,
         mesh=mesh,
@@ -172,6 +176,23 @@ def start_xla(plan: RuntimePlan) -> XlaRuntime:
         process_count=xr.process_count(),
         torch_version=torch_version,
         xla_version=xla_version,
+    )
+
+
+def check_launcher_topology(index: int, count: int, environ: Mapping[str, str] = os.environ) -> None:
+    """`invoke pod` tells each worker its index and the worker count; XLA must agree.
+
+    A disagreement means a host list in the wrong order or a worker missing from the
+    slice: the data shards would overlap or leave gaps, so refuse instead of training.
+    """
+    expected = (environ.get(env_vars.TPU_TRAINER_PROCESS_INDEX), environ.get(env_vars.TPU_TRAINER_PROCESS_COUNT))
+    if expected == (None, None) or expected == (str(index), str(count)):
+        return
+    raise UserError(
+        f"the launcher started this worker as process {expected[0]} of {expected[1]} "
+        f"({env_vars.TPU_TRAINER_PROCESS_INDEX}/{env_vars.TPU_TRAINER_PROCESS_COUNT}), but the XLA "
+        f"runtime says it is process {index} of {count}. Fix: list the hosts in worker order "
+        "(worker 0 first) and include every worker of the slice, or unset those variables."
     )
 
 

@@ -29,15 +29,15 @@ class ShardedSampler(Sampler[int]):
         assert 0 <= index < count, (index, count)
         self.inner, self.index, self.count, self.seed = inner, index, count, seed
         self.epoch = 0
+        if isinstance(inner, RandomSampler) and inner.generator is None:
+            inner.generator = torch.Generator()  # one object for the run: checkpoints capture it
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         if hasattr(self.inner, "set_epoch"):
             self.inner.set_epoch(epoch)
         elif isinstance(self.inner, RandomSampler):
-            generator = torch.Generator()
-            generator.manual_seed(self.seed + epoch)
-            self.inner.generator = generator
+            self.inner.generator.manual_seed(self.seed + epoch)  # the same order on every process
 
     def __len__(self) -> int:
         return math.ceil(len(self.inner) / self.count)  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
 """One `Trainer.fit` call, start to finish, as a straight line of steps.
 
-    outputs -> seed -> module to device -> optimizer -> data -> epochs -> final checkpoint
+    resume? -> outputs -> seed -> module to device -> optimizer -> data -> restore state
+    -> epochs (checkpoints at step boundaries; SIGTERM/SIGINT stop there) -> final checkpoint
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import torch
 from tqdm.auto import tqdm
 
 from trainer.batches import FixedShapeBatches
-from trainer.checkpoint import save_atomic, to_cpu
+from trainer.checkpoint_manifest import CheckpointStore
+from trainer.checkpointing import CHECKPOINT_DIR, Checkpointer, find_resume, run_dir_for
 from trainer.device_loader import BatchTransfer, DeviceLoader
 from trainer.engine import FitResult, seed_everything
 from trainer.errors import UserError
@@ -21,7 +23,12 @@ from trainer.loop import DeviceAccumulators, EpochLoop, StepReporter, compile_co
 from trainer.model_setup import move_module, repoint_optimizer
 from trainer.outputs import RunOutputs, prepare_run_dir
 from trainer.precision import Precision
+from trainer.preemption import StopRequest, TrainingInterrupted
+from trainer.run_manifest import record_resume, write_run_manifest
 from trainer.sampling import shard_loader
+from trainer.training_state import (
+    SkipBatches, capture_host_rng, loader_generators, restore_host_rng, restore_training_state, restore_xla_rng,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,20 +39,41 @@ class FitSession:
         self.precision = Precision(self.config.precision)
         self.run_dir: Path | None = None
         self.outputs = RunOutputs.disabled()
+        self.store: CheckpointStore | None = None
+        self.resumed = None
 
     def run(self, train_loader: Any, val_loader: Any) -> FitResult:
-        self._open_outputs()
-        try:
-            return self._fit(train_loader, val_loader)
-        finally:
-            self.outputs.close()
+        # Handlers first: a SIGTERM during set-up must not kill the process half-way.
+        with StopRequest() as self.stop:
+            self._open_outputs()
+            try:
+                return self._fit(train_loader, val_loader)
+            finally:
+                self.outputs.close()
 
     def _open_outputs(self) -> None:
-        if self.runtime.is_global_zero:
-            self.run_dir = prepare_run_dir(self.trainer.default_run_dir())
+        cfg = self.config
+        run_dir = run_dir_for(cfg.resume, cfg.run_dir) or self.trainer.default_run_dir()
+        self.resumed = find_resume(cfg.resume, run_dir)
+        if not self.runtime.is_global_zero:
+            return
+        job = self.trainer.job.to_dict()
+        self.run_dir = prepare_run_dir(run_dir, resuming=bool(cfg.resume))
+        self.store = CheckpointStore(self.run_dir / CHECKPOINT_DIR, self.trainer.job.checkpoint.keep_last)
+        self.store.start()
+        if self.resumed is None:
             self.outputs = RunOutputs(self.run_dir)
-            self.outputs.write_config(self.trainer.resolved_config(self.runtime, self.run_dir))
-            log.info("run directory: %s", self.run_dir)
+            write_run_manifest(self.run_dir, job, self.trainer.plan, self.runtime)
+        else:
+            state = self.resumed.state
+            _warn_config_changes(state.get("config", {}), job)
+            self.outputs = RunOutputs(self.run_dir, resume_step=state["global_step"], completed_epochs=state["epoch"])
+            record_resume(self.run_dir, job, self.trainer.plan, self.runtime, self.resumed.path,
+                          self.resumed.sha256, state["global_step"])
+            log.info("resuming from %s: step %d, epoch %d, batch %d", self.resumed.path, state["global_step"],
+                     state["position"]["epoch"], state["position"]["batch"])
+        self.outputs.write_config(self.trainer.resolved_config(self.runtime, self.run_dir))
+        log.info("run directory: %s", self.run_dir)
 
     def _fit(self, train_loader: Any, val_loader: Any) -> FitResult:
         cfg, rt = self.config, self.runtime
@@ -67,19 +95,57 @@ class FitSession:
         reporter = StepReporter(self.outputs.log_step)
         loop = EpochLoop(module, optimizer, self.precision, reporter, accumulators,
                          cfg.log_every_n_steps, samples_per_step=train.batches.full_size * rt.process_count)
+        parts = _Parts(module, optimizer, scheduler, accumulators)
+        checkpointer = Checkpointer(self.trainer.job.checkpoint, self.store, self.trainer.job.to_dict(),
+                                    rt.device, cfg.max_epochs)
+        generators = loader_generators(train.batches.loader)
+        resumed = self.resumed.state if self.resumed is not None else None
+        first_epoch, first_batch, global_step = 1, 0, 0
+        if resumed is not None:
+            restore_training_state(resumed, module, optimizer, scheduler, accumulators, rt.device)
+            first_epoch, first_batch = resumed["position"]["epoch"], resumed["position"]["batch"]
+            global_step = resumed["global_step"]
         module.on_fit_start()
-        global_step, compiles, metrics = 0, [], {}
-        for epoch in range(1, cfg.max_epochs + 1):
+        compiles, metrics = [], {}
+
+        def save(position: tuple[int, int], epoch_rng: dict, reason: str) -> Path | None:
+            reporter.drain()  # steps.csv must hold every step the checkpoint claims
+            self.outputs.flush_steps()
+            return checkpointer.save(parts, global_step=global_step, position=position,
+                                     epoch_start_rng=epoch_rng, reason=reason)
+
+        stop = self.stop
+        if stop.requested:  # signalled during set-up: nothing new to save
+            raise TrainingInterrupted(stop.signum, None)
+        for epoch in range(first_epoch, cfg.max_epochs + 1):
+            resuming = resumed is not None and epoch == first_epoch
+            _set_sampler_epoch(train.batches.loader, epoch)
+            if resuming:  # the epoch's shuffle and host RNG as they were when it started
+                restore_host_rng(resumed["epoch_start_rng"], generators)
+            epoch_rng = capture_host_rng(generators)
             module.on_train_epoch_start(epoch)
+            skip = first_batch if resuming else 0
+            epoch_train = DeviceLoader(SkipBatches(train.batches, skip), train.transfer, train.prefetch) if skip else train
+            if resuming:
+                restore_xla_rng(resumed, rt.device)  # after every setup sync, right before the first step
+
+            def after_step(step: int, batches_done: int) -> None:
+                nonlocal global_step
+                global_step = step
+                if stop.requested:
+                    raise TrainingInterrupted(stop.signum, save((epoch, batches_done), epoch_rng, "preempted"))
+                if checkpointer.due_after_step(step, batches_done, len(train)):
+                    save((epoch, batches_done), epoch_rng, "every_n_steps")
+
             start, compiles_before = time.perf_counter(), compile_count()
-            with tqdm(total=len(train), desc=f"epoch {epoch}/{cfg.max_epochs}", unit="step",
+            with tqdm(total=len(train), initial=skip, desc=f"epoch {epoch}/{cfg.max_epochs}", unit="step",
                       disable=not (cfg.progress_bar and rt.is_global_zero), leave=False, dynamic_ncols=True) as bar:
                 steps_before = global_step
-                global_step = loop.train_epoch(train, epoch, global_step, bar)
+                global_step = loop.train_epoch(epoch_train, epoch, global_step, bar, skip, after_step)
             if val is not None:
                 loop.validate(val)
             sums = accumulators.read_and_reset()  # the epoch's one host read
-            sums["train_steps"] = global_step - steps_before
+            sums["train_steps"] = global_step - steps_before + skip
             if scheduler is not None:
                 scheduler.step()
             seconds = time.perf_counter() - start
@@ -87,14 +153,22 @@ class FitSession:
             compiles.append(compile_count() - compiles_before)
             row = {"epoch": epoch, "global_step": global_step, **metrics, "compiles": compiles[-1],
                    "epoch_seconds": round(seconds, 3),
-                   "samples_per_second": round(sums["train_steps"] * loop.samples_per_step / seconds, 1)}
+                   "samples_per_second": round((global_step - steps_before) * loop.samples_per_step / seconds, 1)}
             self.outputs.log_epoch(row)
             module.on_validation_epoch_end(epoch, {k: v for k, v in metrics.items() if k.startswith("val_")})
             log.info("epoch %d/%d: %s", epoch, cfg.max_epochs, _format(row))
+            if epoch == cfg.max_epochs:
+                module.on_fit_end()  # before the final checkpoint, as documented
+            if stop.requested or checkpointer.due_after_epoch(epoch):
+                path = save((epoch + 1, 0), capture_host_rng(generators), "preempted" if stop.requested else "epoch")
+                if stop.requested:
+                    raise TrainingInterrupted(stop.signum, path)
         if reporter.non_finite_steps:
             log.warning("the loss was NaN/inf at logged steps %s", reporter.non_finite_steps[:10])
-        module.on_fit_end()
-        self._save_final(module, optimizer, scheduler, epoch, global_step)
+        if first_epoch > cfg.max_epochs:
+            log.info("the checkpoint already completed %d epoch(s); nothing to train (raise --max-epochs to continue)",
+                     first_epoch - 1)
+            metrics = {k: v for k, v in (self.outputs.history or [{}])[-1].items() if k.endswith(("loss", "accuracy"))}
         result = FitResult(metrics=metrics, history=self.outputs.history, run_dir=self.run_dir,
                            compiles_per_epoch=compiles)
         self._write_summary(result)
@@ -113,21 +187,6 @@ class FitSession:
         transfer = BatchTransfer(rt.device, rt.mesh, minibatch=rt.process_count > 1,
                                  cast=self.precision.convert_input)
         return DeviceLoader(batches, transfer, prefetch=cfg.prefetch_batches)
-
-    def _save_final(self, module: Any, optimizer: Any, scheduler: Any, epoch: int, global_step: int) -> None:
-        import torch_xla
-        import torch_xla.core.xla_model as xm
-
-        torch_xla.sync()
-        xm.wait_device_ops()  # the state we save must be the state after the last step
-        state = to_cpu({"module": module.state_dict(), "optimizer": optimizer.state_dict()})
-        if scheduler is not None:
-            state["scheduler"] = scheduler.state_dict()
-        state.update(epoch=epoch, global_step=global_step, config=self.trainer.job.to_dict())
-        if self.run_dir is not None:
-            path = self.run_dir / "checkpoints" / "final.ckpt"
-            digest = save_atomic(state, path)
-            log.info("final checkpoint: %s (sha256 %s)", path, digest[:12])
 
     def _write_summary(self, result: FitResult) -> None:
         history = result.history
@@ -149,6 +208,28 @@ class FitSession:
         self.outputs.plot()
 
 
+class _Parts:
+    """The device state a checkpoint captures."""
+
+    def __init__(self, module: Any, optimizer: Any, scheduler: Any, accumulators: Any):
+        self.module, self.optimizer, self.scheduler, self.accumulators = module, optimizer, scheduler, accumulators
+
+
+def _warn_config_changes(saved: dict, now: dict, allowed: tuple = ("max_epochs", "resume", "run_dir", "progress_bar")) -> None:
+    """A resumed run is only exact with the same job; say which keys differ (extending max_epochs is fine)."""
+    changed = []
+    for section in sorted((set(saved) | set(now)) - {"checkpoint"}):  # when to save changes no loss
+        old, new = saved.get(section), now.get(section)
+        if isinstance(old, dict) and isinstance(new, dict):
+            changed += [f"{section}.{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
+                        if old.get(k) != new.get(k) and k not in allowed]
+        elif old != new:
+            changed.append(f"{section}: {old!r} -> {new!r}")
+    if changed:
+        log.warning("the resumed job differs from the checkpoint's (the losses will not match an "
+                    "uninterrupted run): %s", "; ".join(changed))
+
+
 def _optimizers(configured: Any) -> tuple[torch.optim.Optimizer, Any]:
     """Accept an optimizer, (optimizer, scheduler), or Lightning's dict form."""
     if isinstance(configured, torch.optim.Optimizer):
@@ -164,6 +245,13 @@ def _optimizers(configured: Any) -> tuple[torch.optim.Optimizer, Any]:
         "configure_optimizers() must return an optimizer, (optimizer, lr_scheduler), or "
         f"{{'optimizer': ..., 'lr_scheduler': ...}}; it returned {type(configured).__name__}."
     )
+
+
+def _set_sampler_epoch(loader: Any, epoch: int) -> None:
+    """Samplers that shard across processes (ours, DistributedSampler) reshuffle per epoch, identically everywhere."""
+    sampler = getattr(loader, "sampler", None)
+    if hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(epoch)
 
 
 def _format(row: dict) -> str:

@@ -1,0 +1,95 @@
+"""RUN_DIR/manifest.json: what produced this run, enough to run it again.
+
+Recorded once at the start (and extended at each resume): the command, the resolved
+job config (the exact input `tpu-trainer train --config` accepts), the seed, the torch /
+torch_xla / Python / NumPy versions, the image tag and digest when run inside our image
+(`TPU_TRAINER_IMAGE`, `TPU_TRAINER_IMAGE_DIGEST`, set by the Dockerfile), the git
+revision and dirty flag of the engine's source when it is a git checkout (else null),
+the environment profile with every XLA/PJRT variable set, and host and device counts.
+`invoke reproduce RUN_DIR` reads it; it is data, never code.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer import env_vars
+from trainer.checkpoint import write_json_atomic
+
+FILE = "manifest.json"
+FORMAT = 1
+
+
+def git_state(source: Path | None = None) -> dict | None:
+    """{"revision", "dirty"} of the checkout holding the engine's code, or None if not one."""
+    source = source or Path(__file__).resolve().parent.parent
+    try:
+        revision = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True,
+                                  text=True, timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"revision": revision, "dirty": bool(status.strip())}
+
+
+def image_state(environ: Any = os.environ) -> dict | None:
+    tag = environ.get(env_vars.TPU_TRAINER_IMAGE)
+    if not tag:
+        return None
+    return {"tag": tag, "digest": environ.get(env_vars.TPU_TRAINER_IMAGE_DIGEST) or None}
+
+
+def describe_process(runtime: Any) -> dict:
+    """The facts of this process that decide what a run computes."""
+    import numpy
+
+    return {
+        "command": [sys.executable, *sys.argv],
+        "versions": {"python": platform.python_version(), "torch": runtime.torch_version,
+                     "torch_xla": runtime.xla_version, "numpy": numpy.__version__},
+        "image": image_state(),
+        "git": git_state(),
+        "xla_environment": {k: os.environ[k] for k in env_vars.XLA_RUNTIME if k in os.environ},
+        "host_count": runtime.process_count,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def write_run_manifest(run_dir: Path, job: dict, plan: Any, runtime: Any) -> None:
+    """A fresh run's manifest (replaces any left by a run that never checkpointed)."""
+    manifest = {
+        "format": FORMAT,
+        "job": job,
+        "seed": job["trainer"]["seed"],
+        "env_profile": plan.profile.name,
+        "device_count": plan.selection.count,
+        **describe_process(runtime),
+        "resumes": [],
+    }
+    write_json_atomic(manifest, run_dir / FILE)
+
+
+def record_resume(run_dir: Path, job: dict, plan: Any, runtime: Any, checkpoint: Path, sha256: str,
+                  global_step: int) -> None:
+    """Append where this process resumed from (and how it differs) to the run's manifest."""
+    path = run_dir / FILE
+    if not path.exists():  # resumed into a new directory: this process's facts open it
+        write_run_manifest(run_dir, job, plan, runtime)
+    manifest = json.loads(path.read_text())
+    manifest.setdefault("resumes", []).append({
+        "checkpoint": str(checkpoint), "sha256": sha256, "global_step": global_step,
+        "job": job, "env_profile": plan.profile.name, "device_count": plan.selection.count,
+        **describe_process(runtime),
+    })
+    write_json_atomic(manifest, path)
+
+
+def read_run_manifest(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / FILE).read_text())
