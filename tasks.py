@@ -56,7 +56,12 @@ def train(c, cores=None, precision=None, epochs=None, run_dir=None, config=None,
 @task(help={"marker": "pytest -m expression", "k": "pytest -k expression", "args": "more pytest arguments"})
 def test(c, marker="not docker", k=None, args=""):
     """Run the test suite on CPU-emulated XLA (the image tests run with `invoke test-image`)."""
-    argv = [sys.executable, "-m", "pytest", "-m", marker] + (["-k", k] if k else []) + shlex.split(args)
+    _pytest(c, marker, (["-k", k] if k else []) + shlex.split(args))
+
+
+def _pytest(c, marker: str, extra: list[str]) -> None:
+    """pytest -m MARKER; "no tests selected" (exit 5) is a failure, never a pass."""
+    argv = [sys.executable, "-m", "pytest", "-m", marker] + extra
     result = c.run(shlex.join(argv), pty=sys.stdout.isatty(), warn=True)
     if result.exited == PYTEST_NO_TESTS:
         raise Exit(f"pytest selected no tests (-m {marker!r}); a run that tests nothing is a failure.", code=1)
@@ -202,10 +207,11 @@ def image_run(c, version="", run_root="runs", tpu=False, cpu=False):
 @task(name="matrix", help={
     "versions": "comma-separated pair keys (default: every pair in env/versions.yaml)",
     "max-epochs": "epochs per cell (default: the job's own)",
-    "run-root": "host directory for the cells' run dirs",
+    "run-root": "host directory; each invocation writes its cells under RUN_ROOT/<UTC time>/",
 })
 def image_matrix(c, versions="", max_epochs=0, run_root="runs/matrix"):
     """Every pair x CORES {1,8} x PRECISION {fp32,bf16} in its image on CPU-XLA; a pass/fail table."""
+    import time
     from pathlib import Path
 
     from tooling.errors import ToolingError
@@ -214,10 +220,11 @@ def image_matrix(c, versions="", max_epochs=0, run_root="runs/matrix"):
 
     try:
         pairs = [get_pair(k) for k in versions.split(",")] if versions else list(load_pairs().values())
+        root = Path(run_root) / time.strftime("%Y%m%d-%H%M%S", time.gmtime())  # the engine never overwrites a run
         results = []
         for cell in cells(pairs):
-            print(f"=== {cell.name}", flush=True)
-            results.append(run_cell(cell, Path(run_root), max_epochs or None))
+            print(f"=== {cell.name} -> {root / cell.name}", flush=True)
+            results.append(run_cell(cell, root, max_epochs or None))
     except ToolingError as err:
         raise Exit(str(err), code=1) from None
     print(table(results))
@@ -239,8 +246,7 @@ def image_test(c, base_image="", ca_bundle="", index_url=""):
         build_image(get_pair(), _image_options(base_image, ca_bundle, index_url))
     except ToolingError as err:
         raise Exit(str(err), code=1) from None
-    c.run(f"{shlex.quote(sys.executable)} -m pytest -m docker tests/test_image.py "
-          "tests/test_image_errors.py tests/test_registry.py", pty=False)
+    _pytest(c, "docker", [])
 
 # ----------------------------------------------------------------------------- pods
 # (pod, tpu-clean) — owned by the pod issue.

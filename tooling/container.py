@@ -1,0 +1,93 @@
+"""Run the engine's CLI inside a `tpu-trainer:<pair>` image through the Docker SDK.
+
+A container gets: the invoking user's uid:gid (so the host's run directory receives files
+that user owns), the host run root mounted at /work/runs, an explicit allowlist of the
+XLA runtime variables set on the host (torchprime's rule: nothing else leaks in), and on a
+TPU VM the flags TPU containers need (--privileged, host network).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from docker.errors import APIError, ImageNotFound
+
+from tooling.docker_client import connect
+from tooling.errors import ToolingError
+from trainer import env_vars
+
+RUNS_IN_CONTAINER = "/work/runs"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One containerised run of `tpu-trainer ARGS`."""
+
+    image: str
+    """Local image reference, e.g. "tpu-trainer:2.9"."""
+    args: tuple[str, ...]
+    """The CLI arguments, e.g. ("train", "--cores", "8")."""
+    run_root: Path
+    """Host directory mounted at /work/runs; relative `--run-dir runs/x` lands in it."""
+    tpu: bool = False
+    """Add the TPU VM flags: privileged (the /dev/accel* and vfio devices) and host network."""
+    name: str | None = None
+    user: str | None = None
+    """uid:gid inside the container; None means the invoking user's."""
+
+
+def tpu_host() -> bool:
+    """True on a TPU VM: its chips show up as /dev/accel* (v2-v4) or /dev/vfio (v5+)."""
+    return any(Path("/dev").glob("accel*")) or Path("/dev/vfio").is_dir()
+
+
+def run_container(spec: RunSpec, log: Callable[[str], None] = print) -> int:
+    """Run `spec` to its end, streaming its output to `log`; return the container's exit code.
+
+    Raises ToolingError if the daemon is unreachable or the image is not local. The
+    container is removed afterwards, also on Ctrl-C.
+    """
+    client = connect()
+    try:
+        client.images.get(spec.image)
+    except ImageNotFound:
+        raise ToolingError(
+            f"Image {spec.image} is not on this machine. Build it with `invoke build --version "
+            f"{spec.image.rpartition(':')[2]}` (or pull it from your registry), then run again."
+        ) from None
+    # Made here, as the invoking user: a missing bind source would be created by root.
+    spec.run_root.mkdir(parents=True, exist_ok=True)
+    environment = {name: os.environ[name] for name in env_vars.XLA_RUNTIME if name in os.environ}
+    try:
+        container = client.containers.create(
+            spec.image, command=list(spec.args), name=spec.name,
+            user=spec.user or f"{os.getuid()}:{os.getgid()}", environment=environment, init=True,
+            volumes={str(spec.run_root.resolve()): {"bind": RUNS_IN_CONTAINER, "mode": "rw"}},
+            privileged=spec.tpu, network_mode="host" if spec.tpu else None,
+        )
+    except APIError as err:
+        raise ToolingError(f"The Docker daemon refused to create the container: {err.explanation}") from None
+    try:
+        container.start()
+        for chunk in container.logs(stream=True, follow=True):
+            log(chunk.decode(errors="replace").rstrip("\n"))
+        return int(container.wait()["StatusCode"])
+    except KeyboardInterrupt:
+        container.stop(timeout=10)
+        raise
+    finally:
+        container.remove(force=True)
+
+
+def image_reference(pair_key: str, repository: str = "tpu-trainer") -> str:
+    return f"{repository}:{pair_key}"
+
+
+def with_profile(args: Sequence[str], tpu: bool) -> tuple[str, ...]:
+    """`args` plus `--env-profile cpu|tpu-vm` for `train` when the user named none."""
+    args = tuple(args)
+    if args[:1] == ("train",) and not any(a.startswith("--env-profile") for a in args):
+        return (*args, "--env-profile", "tpu-vm" if tpu else "cpu")
+    return args
