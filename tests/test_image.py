@@ -6,6 +6,7 @@ Run: `make test-image` (builds the default pair's image, then `pytest -m docker`
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -134,6 +135,9 @@ def test_run_writes_outputs_owned_by_the_invoking_user(image, tmp_path):
         assert (run_dir / name).exists(), name
     owners = {(p.stat().st_uid, p.stat().st_gid) for p in [run_dir, *run_dir.rglob("*")]}
     assert owners == {(4321, 4321)}
+    recorded = json.loads((run_dir / "manifest.json").read_text())["image"]
+    assert recorded["tag"] in image.tags
+    assert recorded["digest"] in (image.attrs.get("RepoDigests") or []) + [image.id]
 
 
 def test_invoke_run_returns_the_container_exit_code(tmp_path):

@@ -123,8 +123,8 @@ def test_tpu_clean_runs_on_every_host(ssh_lab: SshLab) -> None:
         assert f"[worker {i}] " in done.stdout
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupting_the_launcher_stops_every_worker(ssh_lab: SshLab, probe_dir: Path, sig: int) -> None:
+def start_hanging_pod(ssh_lab: SshLab, probe_dir: Path) -> subprocess.Popen:
+    """`invoke pod` over the 3 hosts with a probe that hangs; returns once every worker runs it."""
     command = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), "pod", "--hosts", ssh_lab.hosts(),
                *ssh_lab.options(), "--image", "none", "--entrypoint", str(probe_dir / "probe"),
                "--grace", "1", "--", "--hang"]  # fmt: skip
@@ -132,6 +132,12 @@ def test_interrupting_the_launcher_stops_every_worker(ssh_lab: SshLab, probe_dir
     deadline = time.monotonic() + 30
     while len(pids(probe_dir)) < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
+    return launcher
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupting_the_launcher_stops_every_worker(ssh_lab: SshLab, probe_dir: Path, sig: int) -> None:
+    launcher = start_hanging_pod(ssh_lab, probe_dir)
     assert len(pids(probe_dir)) == 3, "the workers did not start"
     launcher.send_signal(sig)
     stdout, stderr = launcher.communicate(timeout=60)
@@ -155,13 +161,7 @@ def test_the_real_engine_trains_through_the_launcher(ssh_lab: SshLab, tmp_path: 
 
 
 def test_a_dropped_connection_fails_the_job_and_its_orphaned_worker_is_stopped(ssh_lab: SshLab, probe_dir: Path) -> None:
-    command = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), "pod", "--hosts", ssh_lab.hosts(),
-               *ssh_lab.options(), "--image", "none", "--entrypoint", str(probe_dir / "probe"),
-               "--grace", "1", "--", "--hang"]  # fmt: skip
-    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while len(pids(probe_dir)) < 3 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    launcher = start_hanging_pod(ssh_lab, probe_dir)
     probe = pids(probe_dir)[1]
     # probe <- wrapper bash <- sshd session process: killing that drops worker 1's connection
     # while its job keeps running, as a network failure would.

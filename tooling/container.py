@@ -51,7 +51,7 @@ def run_container(spec: RunSpec, log: Callable[[str], None] = print) -> int:
     """
     client = connect()
     try:
-        client.images.get(spec.image)
+        image = client.images.get(spec.image)
     except ImageNotFound:
         raise ToolingError(
             f"Image {spec.image} is not on this machine. Build it with `invoke build --version "
@@ -60,6 +60,8 @@ def run_container(spec: RunSpec, log: Callable[[str], None] = print) -> int:
     # Made here, as the invoking user: a missing bind source would be created by root.
     spec.run_root.mkdir(parents=True, exist_ok=True)
     environment = {name: os.environ[name] for name in env_vars.XLA_RUNTIME if name in os.environ}
+    # A container cannot see its own image's digest; the run manifest records it from here.
+    environment[env_vars.TPU_TRAINER_IMAGE_DIGEST] = (image.attrs.get("RepoDigests") or [image.id])[0]
     try:
         container = client.containers.create(
             spec.image, command=list(spec.args), name=spec.name,

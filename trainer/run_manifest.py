@@ -3,7 +3,7 @@
 Recorded once at the start (and extended at each resume): the command, the resolved
 job config (the exact input `tpu-trainer train --config` accepts), the seed, the torch /
 torch_xla / Python / NumPy versions, the image tag and digest when run inside our image
-(`TPU_TRAINER_IMAGE`, `TPU_TRAINER_IMAGE_DIGEST`, set by the Dockerfile), the git
+(`TPU_TRAINER_IMAGE` set by the Dockerfile, `TPU_TRAINER_IMAGE_DIGEST` by `invoke run`), the git
 revision and dirty flag of the engine's source when it is a git checkout (else null),
 the environment profile with every XLA/PJRT variable set, and host and device counts.
 `invoke reproduce RUN_DIR` reads it; it is data, never code.

@@ -94,7 +94,7 @@ class FitSession:
         accumulators = DeviceAccumulators(rt.device)
         reporter = StepReporter(self.outputs.log_step)
         loop = EpochLoop(module, optimizer, self.precision, reporter, accumulators,
-                         cfg.log_every_n_steps, samples_per_step=train.batches.full_size * rt.process_count)
+                         cfg.log_every_n_steps, samples_per_step=(train.batches.full_size or 0) * rt.process_count)
         parts = _Parts(module, optimizer, scheduler, accumulators)
         checkpointer = Checkpointer(self.trainer.job.checkpoint, self.store, self.trainer.job.to_dict(),
                                     rt.device, cfg.max_epochs)
