@@ -6,10 +6,22 @@ no traceback, non-zero exit). The engine is only ever driven through its CLI.
 """
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 
 from invoke import Exit, task
+
+from tooling.errors import ToolingError
+
+
+@contextlib.contextmanager
+def _tooling_errors():
+    """A ToolingError is the user's to fix: its paragraph, exit 1, no traceback."""
+    try:
+        yield
+    except ToolingError as err:
+        raise Exit(str(err), code=1) from None
 
 # ----------------------------------------------------------------------------- engine
 # (train, test, env) — owned by the engine issue.
@@ -88,13 +100,10 @@ def reproduce(c, run_dir, out="runs"):
     """
     from pathlib import Path
 
-    from tooling.errors import ToolingError
     from tooling.reproduce import reproduce as rerun
 
-    try:
+    with _tooling_errors():
         comparison = rerun(Path(run_dir), Path(out))
-    except ToolingError as err:
-        raise Exit(str(err), code=1) from None
     print(comparison.describe())
     if not comparison.equal:
         raise Exit(code=1)
@@ -123,14 +132,11 @@ def _image_options(base_image: str, ca_bundle: str, index_url: str, no_cache: bo
 })
 def image_build(c, version="", base_image="", ca_bundle="", index_url="", no_cache=False):
     """Build tpu-trainer:<version> (and an immutable <version>-<git sha> tag) via the Docker SDK."""
-    from tooling.errors import ToolingError
     from tooling.image import build_image
     from tooling.versions import get_pair
 
-    try:
+    with _tooling_errors():
         build_image(get_pair(version or None), _image_options(base_image, ca_bundle, index_url, no_cache))
-    except ToolingError as err:
-        raise Exit(str(err), code=1) from None
 
 
 @task(name="base-image", help={"tag": "NAME:TAG for the result", "mirror": "Debian mirror URL",
@@ -138,12 +144,9 @@ def image_build(c, version="", base_image="", ca_bundle="", index_url="", no_cac
 def image_base(c, tag="tpu-trainer-base:3.11-bookworm", mirror="http://deb.debian.org/debian", force=False):
     """Make an offline equivalent of python:3.11-slim-bookworm (debootstrap + import; needs root)."""
     from tooling.base_image import make_base_image
-    from tooling.errors import ToolingError
 
-    try:
+    with _tooling_errors():
         make_base_image(tag, mirror=mirror, force=force)
-    except ToolingError as err:
-        raise Exit(str(err), code=1) from None
 
 
 @task(name="push", help={
@@ -156,7 +159,6 @@ def image_push(c, registry, version="", username=""):
     """Push tpu-trainer:<version> and its immutable tag; verify each digest by pulling it back."""
     import os
 
-    from tooling.errors import ToolingError
     from tooling.image import git_revision, image_tags
     from tooling.registry import push_image
     from tooling.versions import get_pair
@@ -167,11 +169,9 @@ def image_push(c, registry, version="", username=""):
             raise Exit(f"--username {username} needs the password in $REGISTRY_PASSWORD "
                        "(kept out of the command line and shell history).", code=1)
         auth = {"username": username, "password": os.environ["REGISTRY_PASSWORD"]}
-    try:
+    with _tooling_errors():
         pair = get_pair(version or None)
         push_image(image_tags(pair, git_revision()), registry, auth)
-    except ToolingError as err:
-        raise Exit(str(err), code=1) from None
 
 
 @task(name="run", help={
@@ -189,17 +189,14 @@ def image_run(c, version="", run_root="runs", tpu=False, cpu=False):
     from pathlib import Path
 
     from tooling.container import RunSpec, image_reference, run_container, tpu_host, with_profile
-    from tooling.errors import ToolingError
     from tooling.versions import get_pair
 
     args = shlex.split(c.remainder) or ["--help"]
     on_tpu = (tpu or tpu_host()) and not cpu
-    try:
+    with _tooling_errors():
         pair = get_pair(version or None)
         spec = RunSpec(image_reference(pair.key), with_profile(args, on_tpu), Path(run_root), tpu=on_tpu)
         code = run_container(spec)
-    except ToolingError as err:
-        raise Exit(str(err), code=1) from None
     if code != 0:
         raise Exit(code=code)
 
@@ -214,19 +211,16 @@ def image_matrix(c, versions="", max_epochs=0, run_root="runs/matrix"):
     import time
     from pathlib import Path
 
-    from tooling.errors import ToolingError
     from tooling.matrix import cells, run_cell, table
     from tooling.versions import get_pair, load_pairs
 
-    try:
+    with _tooling_errors():
         pairs = [get_pair(k) for k in versions.split(",")] if versions else list(load_pairs().values())
         root = Path(run_root) / time.strftime("%Y%m%d-%H%M%S", time.gmtime())  # the engine never overwrites a run
         results = []
         for cell in cells(pairs):
             print(f"=== {cell.name} -> {root / cell.name}", flush=True)
             results.append(run_cell(cell, root, max_epochs or None))
-    except ToolingError as err:
-        raise Exit(str(err), code=1) from None
     print(table(results))
     failed = [r.cell.name for r in results if not r.passed]
     if failed:
@@ -238,14 +232,11 @@ def image_matrix(c, versions="", max_epochs=0, run_root="runs/matrix"):
 })
 def image_test(c, base_image="", ca_bundle="", index_url=""):
     """Build the default pair's image, then run the Docker-marked tests against it."""
-    from tooling.errors import ToolingError
     from tooling.image import build_image
     from tooling.versions import get_pair
 
-    try:
+    with _tooling_errors():
         build_image(get_pair(), _image_options(base_image, ca_bundle, index_url))
-    except ToolingError as err:
-        raise Exit(str(err), code=1) from None
     _pytest(c, "docker", [])
 
 # ----------------------------------------------------------------------------- pods
@@ -291,10 +282,9 @@ def pod(c, tpu="", zone="", project="", hosts="", image="tpu-trainer:2.9", setup
     """
     from tooling import pod as launcher
     from tooling import transports
-    from tooling.errors import ToolingError
     from tooling.pod_command import PodSpec
 
-    try:
+    with _tooling_errors():
         spec = PodSpec(
             job=job or launcher.new_job_name(), args=tuple(shlex.split(c.remainder)),
             image=None if image == "none" else image, entrypoint=entrypoint, pull=pull,
@@ -303,8 +293,6 @@ def pod(c, tpu="", zone="", project="", hosts="", image="tpu-trainer:2.9", setup
         )  # fmt: skip
         transport = transports.choose(tpu, zone, project, hosts, identity, ssh_option or [])
         launcher.launch(spec, transport, dry_run=dry_run)
-    except ToolingError as e:
-        raise Exit(str(e), code=1) from None
 
 
 @task(
@@ -325,9 +313,8 @@ def tpu_clean(c, tpu="", zone="", project="", hosts="", grace=10, list_only=Fals
     stops and never signals a process it did not see holding the TPU.
     """
     from tooling import tpu_clean as cleaner
-    from tooling.errors import ToolingError
 
-    try:
+    with _tooling_errors():
         if not tpu and not hosts:
             code = cleaner.clean(grace_seconds=float(grace), list_only=list_only)
             if code:
@@ -335,5 +322,3 @@ def tpu_clean(c, tpu="", zone="", project="", hosts="", grace=10, list_only=Fals
             return
         cleaner.clean_remote(tpu, zone, project, hosts, identity, ssh_option or [],
                              float(grace), list_only, sudo)  # fmt: skip
-    except ToolingError as e:
-        raise Exit(str(e), code=1) from None
