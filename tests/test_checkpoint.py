@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from trainer import checkpoint
+from trainer import atomic_files, checkpoint
 from trainer.checkpoint_manifest import MANIFEST, CheckpointError, CheckpointStore
 from trainer.checkpointing import find_resume
 
@@ -119,7 +119,7 @@ def test_resume_auto_refuses_when_no_checkpoint_verifies_and_starts_fresh_when_t
 def test_disk_full_during_the_write_is_a_clear_error_and_the_previous_checkpoint_survives(tmp_path, monkeypatch):
     store = _store(tmp_path, keep_last=1)
     previous, = _saved(store, 10)
-    real_fdopen = checkpoint.os.fdopen
+    real_fdopen = atomic_files.os.fdopen
 
     class FullDisk:
         """The file a full disk gives: the first 4 KiB are accepted, then ENOSPC."""
@@ -142,7 +142,7 @@ def test_disk_full_during_the_write_is_a_clear_error_and_the_previous_checkpoint
         def __exit__(self, *exc):
             self.f.close()
 
-    monkeypatch.setattr(checkpoint.os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
+    monkeypatch.setattr(atomic_files.os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
     with pytest.raises(CheckpointError) as caught:
         store.save(_state(20), "step-00000020.ckpt", {"global_step": 20})
     monkeypatch.undo()

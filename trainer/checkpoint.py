@@ -1,8 +1,5 @@
-"""Checkpoint files that are whole or absent.
+"""Checkpoint files that are whole or absent (written through `trainer.atomic_files`).
 
-A plain `torch.save` killed mid-write destroys the previous file at that path, so we
-write to a temporary file in the same directory, fsync it, rename it over the target
-(atomic on POSIX), and fsync the directory so the rename itself survives a crash.
 The SHA-256 of what was written is returned so callers can record and verify it:
 `torch.load` accepts a flipped byte without complaint. Which files count as checkpoints
 (the manifest, verification, keep_last) is `trainer.checkpoint_manifest`'s business.
@@ -10,21 +7,16 @@ The SHA-256 of what was written is returned so callers can record and verify it:
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from trainer.atomic_files import TMP_PREFIX, atomic_writer
 from trainer.batches import map_tensors
 
 log = logging.getLogger(__name__)
-
-TMP_PREFIX = ".tmp-"
-FILE_MODE = 0o644  # mkstemp creates 0600; checkpoints are shared like every other output
 
 
 def to_cpu(tree: Any) -> Any:
@@ -35,44 +27,18 @@ def to_cpu(tree: Any) -> Any:
 def save_atomic(state: Any, path: Path) -> str:
     """torch.save `state` to `path` atomically; returns the file's SHA-256 hex digest."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
-    tmp = Path(tmp_name)
     writer = None
     try:
-        os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, "wb") as f:
+        with atomic_writer(path, "wb") as f:
             writer = _HashingWriter(f)
             torch.save(state, writer)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-        return writer.hexdigest()
     except BaseException as exc:
-        tmp.unlink(missing_ok=True)
         if writer is not None and writer.error is not None and exc is not writer.error:
             # torch.save's zip writer turns a failed write (ENOSPC) into a RuntimeError
             # ("unexpected pos ..."); the OSError is the real cause, so raise that.
             raise writer.error from exc
         raise
-
-
-def write_json_atomic(data: Any, path: Path) -> None:
-    """Write JSON whole or not at all (temp file, fsync, rename, fsync of the directory)."""
-    fd, tmp_name = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
-    tmp = Path(tmp_name)
-    try:
-        os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    return writer.hexdigest()
 
 
 def clean_temporaries(directory: Path) -> list[Path]:
@@ -97,14 +63,6 @@ def sha256_of(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _HashingWriter:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint import TMP_PREFIX, clean_temporaries, save_atomic, write_json_atomic
+from trainer.atomic_files import TMP_PREFIX, write_json_atomic
+from trainer.checkpoint import clean_temporaries, save_atomic
 from trainer.errors import UserError
 
 log = logging.getLogger(__name__)

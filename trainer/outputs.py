@@ -20,7 +20,6 @@ writes; the others get `RunOutputs.disabled()`.
 from __future__ import annotations
 
 import csv
-import json
 import os
 import threading
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from trainer.atomic_files import write_json_atomic, write_text_atomic
 from trainer.errors import UserError
 
 _EPOCH_FIELDS = ("epoch", "global_step", "train_loss", "compiles", "epoch_seconds", "samples_per_second")
@@ -65,7 +65,7 @@ class RunOutputs:
             else:
                 self._epoch_rows = _kept_rows(path / "metrics.csv", "epoch", completed_epochs)
                 kept = _kept_rows(path / "steps.csv", "global_step", resume_step)
-                _write_text(path / "steps.csv", _csv_text(["global_step", "epoch", "loss"], kept))
+                write_text_atomic(_csv_text(["global_step", "epoch", "loss"], kept), path / "steps.csv")
                 self._steps_file = open(path / "steps.csv", "a", newline="")
                 self._steps = csv.writer(self._steps_file)
 
@@ -79,7 +79,7 @@ class RunOutputs:
 
     def write_config(self, resolved: Mapping[str, Any]) -> None:
         if self.enabled:
-            _write_text(self.path / "config.yaml", yaml.safe_dump(dict(resolved), sort_keys=False))
+            write_text_atomic(yaml.safe_dump(dict(resolved), sort_keys=False), self.path / "config.yaml")
 
     def log_step(self, global_step: int, epoch: int, loss: float) -> None:
         """Called from the asynchronous step closure thread."""
@@ -118,7 +118,7 @@ class RunOutputs:
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         if self.enabled:
-            _write_text(self.path / "summary.json", json.dumps(dict(summary), indent=2) + "\n")
+            write_json_atomic(dict(summary), self.path / "summary.json")
 
     def plot(self) -> None:
         """metrics.png: training/validation loss and every other validation metric per epoch."""
@@ -181,10 +181,3 @@ def _number(text: str) -> Any:
         except (TypeError, ValueError):
             pass
     return text
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Write whole or not at all: a temporary file, then an atomic rename."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

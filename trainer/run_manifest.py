@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import env_vars
-from trainer.checkpoint import write_json_atomic
+from trainer.atomic_files import write_json_atomic
 
 FILE = "manifest.json"
 FORMAT = 1
