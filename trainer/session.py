@@ -125,6 +125,7 @@ class FitSession:
             epoch_rng = capture_host_rng(generators)
             module.on_train_epoch_start(epoch)
             skip = first_batch if resuming else 0
+            epoch_len = len(train)  # once per epoch, not in the per-step callback
             epoch_train = DeviceLoader(SkipBatches(train.batches, skip), train.transfer, train.prefetch) if skip else train
             if resuming:
                 restore_xla_rng(resumed, rt.device)  # after every setup sync, right before the first step
@@ -134,11 +135,11 @@ class FitSession:
                 global_step = step
                 if stop.requested:
                     raise TrainingInterrupted(stop.signum, save((epoch, batches_done), epoch_rng, "preempted"))
-                if checkpointer.due_after_step(step, batches_done, len(train)):
+                if checkpointer.due_after_step(step, batches_done, epoch_len):
                     save((epoch, batches_done), epoch_rng, "every_n_steps")
 
             start, compiles_before = time.perf_counter(), compile_count()
-            with tqdm(total=len(train), initial=skip, desc=f"epoch {epoch}/{cfg.max_epochs}", unit="step",
+            with tqdm(total=epoch_len, initial=skip, desc=f"epoch {epoch}/{cfg.max_epochs}", unit="step",
                       disable=not (cfg.progress_bar and rt.is_global_zero), leave=False, dynamic_ncols=True) as bar:
                 steps_before = global_step
                 global_step = loop.train_epoch(epoch_train, epoch, global_step, bar, skip, after_step)
