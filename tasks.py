@@ -47,10 +47,13 @@ def _run(c, argv: list[str]) -> None:
         "profile": "environment profile from env/ (default: tpu-vm on a TPU host, cpu otherwise)",
         "args": "more CLI flags for `tpu-trainer train`, e.g. '--set module_args.lr=0.01'",
         "resume": "auto (newest valid checkpoint in --run-dir; fresh if none) or a checkpoint file",
+        "strategy": "data (default: whole model on every device) or fsdp (parameters, gradients, optimizer state sharded)",
+        "mesh": "device mesh axis sizes, e.g. data:2,fsdp:4 (their product = the device count)",
+        "from-make": "spell options in error messages as make variables (CORES=3), as `make train` does",
     }
 )
 def train(c, cores=None, precision=None, epochs=None, run_dir=None, config=None, profile=None, args="",
-          resume=None):
+          resume=None, strategy=None, mesh=None, from_make=False):
     """Train a job on XLA with the engine's CLI (default: an MLP on the 8x8 digits).
 
     Exit codes: 0 done, 2 a config/user error, 143 stopped by SIGTERM and 130 by SIGINT
@@ -59,9 +62,11 @@ def train(c, cores=None, precision=None, epochs=None, run_dir=None, config=None,
     argv = TRAINER + ["train"]
     for flag, value in (("--cores", cores), ("--precision", precision), ("--max-epochs", epochs),
                         ("--run-dir", run_dir), ("--config", config), ("--env-profile", profile),
-                        ("--resume", resume)):
+                        ("--resume", resume), ("--strategy", strategy), ("--mesh", mesh)):
         if value is not None:
             argv += [flag, str(value)]
+    if from_make:
+        argv += ["--options-from", "make"]
     _run(c, argv + shlex.split(args))
 
 

@@ -6,12 +6,16 @@ mid-epoch or kill it in the middle of a large write.
 """
 from __future__ import annotations
 
+import logging
 import time
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 from trainer.examples.digits import DigitsClassifier
+from trainer.module import TrainModule
 
 
 class SlowDigits(DigitsClassifier):
@@ -37,3 +41,52 @@ class Big(SlowDigits):
     def __init__(self, megabytes: int = 256, **kwargs):
         super().__init__(**kwargs)
         self.register_buffer("ballast", torch.zeros(megabytes * 2**18))  # float32: 4 bytes each
+
+
+class TinyGPT2(TrainModule):
+    """A 2-layer Hugging Face GPT-2 built from a config (no download), on real text: bytes of
+    the standard library's own sources. Its lm_head is tied to the token embedding."""
+
+    def __init__(self, context: int = 32, batch_size: int = 16, batches: int = 12, lr: float = 3e-3):
+        super().__init__()
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        config = GPT2Config(vocab_size=256, n_positions=context, n_embd=64, n_layer=2, n_head=4,
+                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        self.model = GPT2LMHeadModel(config)
+        self.context, self.batch_size, self.batches, self.lr = context, batch_size, batches, lr
+
+    def _loss(self, batch):
+        tokens = batch[0]
+        logits = self.model(input_ids=tokens[:, :-1]).logits
+        return F.cross_entropy(logits.transpose(1, 2).float(), tokens[:, 1:], reduction="none").mean(dim=1)
+
+    def training_step(self, batch, batch_idx):
+        return self._loss(batch)
+
+    def validation_step(self, batch, batch_idx):
+        return {"loss": self._loss(batch)}
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=self.lr)
+
+    def on_fit_start(self):
+        tied = self.model.lm_head.weight is self.model.transformer.wte.weight
+        logging.getLogger(__name__).info("lm_head tied to wte: %s", tied)
+
+    def _windows(self, start: int) -> TensorDataset:
+        import sysconfig
+        from pathlib import Path
+
+        text = (Path(sysconfig.get_paths()["stdlib"]) / "argparse.py").read_bytes()
+        n = self.batch_size * self.batches
+        step = self.context + 1
+        rows = [list(text[start + i * step: start + (i + 1) * step]) for i in range(n)]
+        return TensorDataset(torch.tensor(rows, dtype=torch.long))
+
+    def train_dataloader(self):
+        generator = torch.Generator().manual_seed(0)
+        return DataLoader(self._windows(0), batch_size=self.batch_size, shuffle=True, generator=generator)
+
+    def val_dataloader(self):
+        return DataLoader(self._windows(40_000), batch_size=self.batch_size)

@@ -13,9 +13,10 @@ import json
 import pytest
 import torch
 
-from trainer import atomic_files, checkpoint
-from trainer.checkpoint_manifest import MANIFEST, CheckpointError, CheckpointStore
-from trainer.checkpointing import find_resume
+from trainer import atomic_files
+from trainer.checkpoint import io as checkpoint
+from trainer.checkpoint.store import MANIFEST, CheckpointError, CheckpointStore
+from trainer.checkpoint.policy import find_resume
 
 
 def _state(step: int) -> dict:

@@ -11,8 +11,8 @@ import signal
 import pytest
 
 from checkpoint_helpers import BIG, finish, start, text, train_argv, wait_for
-from trainer.checkpoint import TMP_PREFIX
-from trainer.checkpoint_manifest import CheckpointStore
+from trainer.atomic_files import TMP_PREFIX
+from trainer.checkpoint.store import CheckpointStore
 from trainer.preemption import EXIT_CODES
 
 pytestmark = pytest.mark.slow

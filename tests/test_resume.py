@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from checkpoint_helpers import REPO, finish, run, start, steps, text, train_argv, wait_for
-from trainer.checkpoint_manifest import CheckpointStore
+from trainer.checkpoint.store import CheckpointStore
 
 pytestmark = pytest.mark.slow
 

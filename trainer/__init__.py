@@ -5,14 +5,22 @@ Imports are lazy so that config parsing and validation (`trainer.config`,
 """
 from trainer.errors import UserError
 
-__all__ = ["Trainer", "TrainModule", "FitResult", "TrainingInterrupted", "UserError"]
+__all__ = ["Trainer", "TrainModule", "FitResult", "TrainingInterrupted", "UserError", "seed_everything"]
 
 
 def __getattr__(name: str):
-    if name in ("Trainer", "FitResult"):
-        from trainer import engine
+    if name == "Trainer":
+        from trainer.engine import Trainer
 
-        return getattr(engine, name)
+        return Trainer
+    if name == "FitResult":
+        from trainer.session import FitResult
+
+        return FitResult
+    if name == "seed_everything":  # call before building the model: same seed, same initial weights
+        from trainer.seeding import seed_everything
+
+        return seed_everything
     if name == "TrainingInterrupted":  # fit() stopped by SIGTERM/SIGINT after saving a checkpoint
         from trainer.preemption import TrainingInterrupted
 

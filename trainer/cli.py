@@ -30,6 +30,8 @@ FLAG_KEYS = {
     "log_every_n_steps": "trainer.log_every_n_steps",
     "last_batch": "trainer.last_batch",
     "resume": "trainer.resume",
+    "strategy": "parallel.strategy",
+    "mesh": "parallel.mesh",
 }
 
 
@@ -52,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", metavar="auto|PATH",
                        help="auto: continue from the newest valid checkpoint in --run-dir (fresh if none); "
                             "PATH: from that checkpoint file. Exit codes after SIGTERM/SIGINT: 143/130")
+    train.add_argument("--strategy", help="data (default: every device holds the whole model) or fsdp (parameters, "
+                                          "gradients and optimizer state sharded over the mesh)")
+    train.add_argument("--mesh", help="device mesh axis sizes, e.g. data:2,fsdp:4 (product = devices); default: one "
+                                      "axis over every device")
+    train.add_argument("--options-from", choices=("cli", "make"), default="cli",
+                       help="how errors spell options: as these flags (default) or as make variables (CORES=...)")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override any config key, e.g. --set module_args.lr=0.01 (repeatable)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
@@ -86,13 +94,13 @@ def job_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_train(args: argparse.Namespace) -> int:
     from trainer.config import load_job_config
-    from trainer.engine import Trainer, seed_host
-    from trainer.runtime import apply_environment
+    from trainer.engine import Trainer
+    from trainer.seeding import seed_everything
+    from trainer.spelling import Spelling
 
     job = load_job_config(args.config, job_overrides(args))
-    trainer = Trainer.from_job(job)  # validates devices and profile; no torch yet
-    apply_environment(trainer.plan)  # before the user's module can import torch_xla
-    seed_host(job.trainer.seed)  # the module's initial weights: same seed, same weights
+    trainer = Trainer.from_job(job, Spelling(args.options_from))  # validates devices, mesh, profile; no torch yet
+    seed_everything(job.trainer.seed)  # the module's initial weights: same seed, same weights
     module = instantiate_module(job.module, job.module_args)
     from trainer.preemption import TrainingInterrupted
 

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import yaml
 
 from trainer.errors import UserError
+from trainer.parallel.mesh import DATA_PARALLEL
 from trainer.precision import canonical_precision
 
 LAST_BATCH_CHOICES = ("pad", "drop")
@@ -87,6 +88,30 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True)
+class ParallelConfig:
+    """How the model and the batch are spread over the devices (one SPMD mesh; see trainer.parallel)."""
+
+    strategy: str = DATA_PARALLEL
+    """data: every device holds the whole model, the batch is split (default). fsdp: parameters,
+    gradients and optimizer state are also sharded, over the mesh's fsdp axis. CLI: --strategy."""
+    mesh: Any = ""
+    """Axis sizes, "data:2,fsdp:4" or {data: 2, fsdp: 4}; their product is the device count. Empty: one
+    axis over every device (data, or fsdp with strategy fsdp). CLI: --mesh."""
+    fsdp_wrap: list = field(default_factory=list)
+    """Module class names FSDP shards one at a time (e.g. [GPT2Block]). Empty: the model's repeated
+    blocks (Hugging Face's _no_split_modules, else the class of every nn.ModuleList's items)."""
+    activation_checkpointing: list = field(default_factory=list)
+    """Module class names whose activations are recomputed in the backward pass instead of kept
+    (less memory, about a third more compute). Any strategy."""
+
+    def __post_init__(self) -> None:
+        for key in ("fsdp_wrap", "activation_checkpointing"):
+            names = getattr(self, key)
+            _require(all(isinstance(n, str) and n for n in names), f"parallel.{key}", names,
+                     "a list of module class names, e.g. [GPT2Block]")
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """A whole training job: which module to train, with which arguments, and how."""
 
@@ -96,6 +121,7 @@ class JobConfig:
     """Keyword arguments for the module's constructor (hyper-parameters, data options)."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
     def __post_init__(self) -> None:
         modname, _, cls = self.module.partition(":")

@@ -1,9 +1,11 @@
 """Which XLA devices a run uses, decided before torch_xla is imported.
 
-`CORES` accepts what Lightning's `devices=` accepts on TPUs: `1`, the host's full device
-count, `auto` (the full count), or one device index as a list, e.g. `[5]`. Several
-devices always means data parallelism over all of them with SPMD (one process, one
-graph, batch sharded on a `data` axis); a subset of several devices is not offered.
+`devices` (CLI `--cores`, make `CORES`) accepts what Lightning's `devices=` accepts on
+TPUs: `1`, the host's full device count, `auto` (the full count), or one device index
+as a list, e.g. `[5]`. Several devices always means one SPMD program over all of them
+(how the model and batch are spread is `trainer.parallel`'s business); a subset of
+several devices is not offered. The raw value is parsed once, here, into a
+`DeviceSelection`; errors quote it in the user's own spelling (`trainer.spelling`).
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import ast
 from dataclasses import dataclass
 
 from trainer.errors import UserError
+from trainer.spelling import Spelling
 
 
 @dataclass(frozen=True)
@@ -24,7 +27,7 @@ class DeviceSelection:
 
     @property
     def spmd(self) -> bool:
-        """Several devices: the batch is sharded over a device mesh in one process."""
+        """Several devices: one program over a device mesh in one process."""
         return self.count > 1
 
     @property
@@ -35,19 +38,19 @@ class DeviceSelection:
     def describe(self) -> str:
         if self.index is not None:
             return f"device {self.index} only"
-        return f"{self.count} device" + ("s (SPMD data parallel)" if self.count > 1 else "")
+        return f"{self.count} device" + ("s (SPMD)" if self.count > 1 else "")
 
 
 def allowed_values(host_devices: int) -> str:
-    """The accepted spellings for this host, for error messages and `--help`."""
+    """The accepted values for this host, for error messages and `--help`."""
     counts = "1" if host_devices == 1 else f"1, {host_devices}"
     return f"{counts}, auto, or one device index as a list, [0] to [{host_devices - 1}]"
 
 
-def select_devices(raw: object, host_devices: int, source: str = "CORES") -> DeviceSelection:
-    """Parse `raw` (CLI string, YAML int or list) against a host with `host_devices` devices.
+def select_devices(raw: object, host_devices: int, spelling: Spelling = Spelling("make")) -> DeviceSelection:
+    """Parse `raw` (a CLI string, a YAML or Python int or list) against this host.
 
-    Raises UserError naming `source`, the value given and the values allowed here.
+    Raises UserError quoting `raw` as the user spelled it and the values allowed here.
     """
     value = raw
     if isinstance(raw, str):
@@ -66,17 +69,18 @@ def select_devices(raw: object, host_devices: int, source: str = "CORES") -> Dev
             if len(value) != 1
             else f"device {value[0]!r} does not exist on this host"
         )
-        raise _bad(raw, host_devices, source, problem)
+        raise _bad(raw, host_devices, spelling, problem)
     if type(value) is int and value in (1, host_devices):
         return DeviceSelection(count=value)
-    raise _bad(raw, host_devices, source, "it is not a device count this host has")
+    raise _bad(raw, host_devices, spelling, "it is not a device count this host has")
 
 
-def _bad(raw: object, host_devices: int, source: str, problem: str) -> UserError:
+def _bad(raw: object, host_devices: int, spelling: Spelling, problem: str) -> UserError:
     return UserError(
-        f"{source}={raw!r} is not a valid device selection: {problem}. This host has "
-        f"{host_devices} XLA device{'s' if host_devices != 1 else ''}, so {source} accepts "
-        f"{allowed_values(host_devices)}. Several devices always train data-parallel over the "
-        f"whole host (SPMD). Fix: e.g. `make train CORES={host_devices}` for all devices, "
-        f"`CORES=1` for one, or `CORES=[{host_devices - 1}]` for one specific device."
+        f"{spelling.assign('devices', raw)} is not a valid device selection: {problem}. This host has "
+        f"{host_devices} XLA device{'s' if host_devices != 1 else ''}, so {spelling.name('devices')} "
+        f"accepts {allowed_values(host_devices)}. Several devices always run one SPMD program over "
+        f"the whole host. Fix: e.g. `{spelling.example('devices', host_devices)}` for all devices, "
+        f"`{spelling.example('devices', 1)}` for one, or `{spelling.example('devices', [host_devices - 1])}` "
+        "for one specific device."
     )

@@ -20,13 +20,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-
-def compile_count() -> int:
-    """XLA compilations so far in this process (torch_xla's CompileTime metric)."""
-    import torch_xla.debug.metrics as met
-
-    data = met.metric_data("CompileTime")
-    return int(data[0]) if data else 0
+from trainer import backend
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, what: str) -> torch.Tensor:
@@ -54,15 +48,13 @@ class DeviceAccumulators:
 
     def read_and_reset(self) -> dict[str, float]:
         """One host read for all sums (call outside the hot loop, e.g. at epoch end)."""
-        import torch_xla
-
         if not self.sums:
             return {}
         names = sorted(self.sums)
         snapshot = torch.stack([self.sums[n] for n in names])
         for name in names:
             self.sums[name] = self.sums[name] * 0.0
-        torch_xla.sync()
+        backend.sync()
         values = snapshot.cpu().tolist()
         return dict(zip(names, values))
 
@@ -78,10 +70,8 @@ class StepReporter:
         self._done = threading.Condition()
 
     def schedule(self, loss: torch.Tensor, global_step: int, epoch: int) -> None:
-        import torch_xla.core.xla_model as xm
-
         self._scheduled += 1
-        xm.add_step_closure(self._report, args=(loss, global_step, epoch), run_async=True)
+        backend.after_step(self._report, (loss, global_step, epoch))
 
     def drain(self, timeout: float = 60.0) -> None:
         """Wait until every scheduled loss is reported (call after the step's sync, e.g. before a checkpoint)."""
@@ -107,43 +97,41 @@ class EpochLoop:
     """Runs the steps of one epoch; owns nothing but the step logic."""
 
     def __init__(self, module: Any, optimizer: Any, precision: Any, reporter: StepReporter,
-                 accumulators: DeviceAccumulators, log_every_n_steps: int, samples_per_step: int):
+                 accumulators: DeviceAccumulators, samples_per_step: int,
+                 after_backward: Callable[[], None] = lambda: None):
+        """`after_backward` runs between backward and the optimizer step (e.g. shard the gradients)."""
         self.module, self.optimizer, self.precision = module, optimizer, precision
         self.reporter, self.acc = reporter, accumulators
-        self.log_every_n_steps = log_every_n_steps
         self.samples_per_step = samples_per_step
+        self.after_backward = after_backward
         self._warned_scalar = False
 
-    def train_epoch(self, loader: Any, epoch: int, global_step: int, bar: Any, start_batch: int = 0,
-                    after_step: Callable[[int, int], None] | None = None) -> int:
-        """Run the epoch's steps from batch `start_batch` (a resumed epoch); returns the global step.
+    def train_epoch(self, loader: Any, progress: Any, bar: Any, after_step: Callable[[], None] | None = None) -> None:
+        """Run the epoch's remaining batches, advancing `progress` (a `trainer.progress.Progress`).
 
-        `after_step(global_step, batches_done)` runs at each step boundary, after the sync:
-        the only place a checkpoint or a preemption stop may happen.
+        `after_step()` runs at each step boundary, after the sync: the only place a
+        checkpoint or a preemption stop may happen.
         """
-        import torch_xla
-
         self.module.train()
-        last_log, last_time = global_step, time.perf_counter()
-        for batch_idx, (batch, mask) in enumerate(loader, start=start_batch):
-            loss = self._train_step(batch, mask, batch_idx)
+        last_log, last_time = progress.global_step, time.perf_counter()
+        for batch, mask in loader:
+            loss = self._train_step(batch, mask, progress.batch)
             self.acc.add("train_loss_sum", loss)
-            global_step += 1
-            if global_step % self.log_every_n_steps == 0:
-                self.reporter.schedule(loss, global_step, epoch)
-            torch_xla.sync()
+            progress.step_done()
+            if progress.logging_step:
+                self.reporter.schedule(loss, progress.global_step, progress.epoch)
+            backend.sync()
             bar.update(1)
             if after_step is not None:
-                after_step(global_step, batch_idx + 1)
-            if global_step % self.log_every_n_steps == 0:
+                after_step()
+            if progress.logging_step:
                 now = time.perf_counter()
-                rate = (global_step - last_log) * self.samples_per_step / max(now - last_time, 1e-9)
-                last_log, last_time = global_step, now
+                rate = (progress.global_step - last_log) * self.samples_per_step / max(now - last_time, 1e-9)
+                last_log, last_time = progress.global_step, now
                 postfix = {"samples/s": f"{rate:,.0f}"}
                 if self.reporter.latest is not None:
                     postfix["loss"] = f"{self.reporter.latest:.4f}"
                 bar.set_postfix(postfix, refresh=False)
-        return global_step
 
     def _train_step(self, batch: Any, mask: torch.Tensor, batch_idx: int) -> torch.Tensor:
         with self.precision.autocast():
@@ -151,14 +139,14 @@ class EpochLoop:
         self._warn_if_scalar(out, mask)
         loss = masked_mean(out, mask, "training_step")
         loss.backward()
+        self.after_backward()
+        self.module.on_before_optimizer_step(self.optimizer)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
     def validate(self, loader: Any) -> None:
         """Sum validation_step's outputs over the real rows (read later by the accumulators)."""
-        import torch_xla
-
         self.module.eval()
         with torch.no_grad():
             for batch_idx, (batch, mask) in enumerate(loader):
@@ -172,7 +160,7 @@ class EpochLoop:
                     else:
                         self.acc.add(f"val_{name}", masked_mean(value, mask, "validation_step") * mask.sum())
                 self.acc.add("val_rows", mask.sum())
-                torch_xla.sync()
+                backend.sync()
 
     def _warn_if_scalar(self, out: torch.Tensor, mask: torch.Tensor) -> None:
         if out.dim() == 0 and not self._warned_scalar:

@@ -49,6 +49,10 @@ class TrainModule(nn.Module):
     def on_train_epoch_start(self, epoch: int) -> None:
         """Called on the host before each epoch; do not read device tensors here."""
 
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        """Called every step after backward (gradients exist, sharded like their parameters
+        under FSDP) and before the optimizer step; traced like the step: no host reads."""
+
     def on_validation_epoch_end(self, epoch: int, metrics: Mapping[str, float]) -> None:
         """Called with the epoch's validation averages, already read to the host."""
 

@@ -33,6 +33,15 @@ from trainer.errors import UserError
 _EPOCH_FIELDS = ("epoch", "global_step", "train_loss", "compiles", "epoch_seconds", "samples_per_second")
 
 
+def default_run_dir(configured: str, job_name: str) -> Path:
+    """`configured`, or runs/<time>-<job name> for a run that names none."""
+    if configured:
+        return Path(configured)
+    from datetime import datetime
+
+    return Path("runs") / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{job_name}"
+
+
 def prepare_run_dir(path: Path, resuming: bool = False) -> Path:
     """Create `path`; refuse one that already holds a run (unless resuming into it)."""
     if not resuming and path.exists() and any(path.iterdir()):

@@ -62,6 +62,25 @@ def describe_process(runtime: Any) -> dict:
     }
 
 
+def resolved_config(job: Any, plan: Any, runtime: Any, run_dir: Path | None) -> dict:
+    """config.yaml: the job as run (the exact input `--config` accepts) plus what was resolved from it."""
+    resolved = job.to_dict()
+    resolved["trainer"]["run_dir"] = str(run_dir) if run_dir else ""
+    resolved["trainer"]["env_profile"] = plan.profile.name
+    resolved["resolved"] = {
+        "devices": plan.selection.count,
+        "device_index": plan.selection.index,
+        "host_devices": plan.host_devices,
+        "spmd": plan.selection.spmd,
+        "mesh": plan.parallel.mesh.describe() if plan.parallel.mesh else None,
+        "process_count": runtime.process_count,
+        "environment": dict(plan.env),
+        "torch": runtime.torch_version,
+        "torch_xla": runtime.xla_version,
+    }
+    return resolved
+
+
 def write_run_manifest(run_dir: Path, job: dict, plan: Any, runtime: Any) -> None:
     """A fresh run's manifest (replaces any left by a run that never checkpointed)."""
     manifest = {

@@ -18,7 +18,9 @@ from typing import Any, Mapping
 from trainer import env_vars
 from trainer.devices import DeviceSelection, select_devices
 from trainer.errors import UserError
+from trainer.parallel.mesh import DATA_PARALLEL, ParallelPlan, plan_parallel
 from trainer.profiles import Profile, check_runtime_supported, load_profile
+from trainer.spelling import Spelling
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,10 @@ class RuntimePlan:
     selection: DeviceSelection
     env: Mapping[str, str]
     """The variables the profile set for this run (recorded in the run manifest)."""
+    parallel: ParallelPlan
+    """The mesh and strategy (trainer.parallel)."""
+    spelling: Spelling = Spelling("make")
+    """How the user spelled the options, for later errors."""
 
 
 def tpu_device_files() -> list[str]:
@@ -93,8 +99,12 @@ def check_version_pair() -> tuple[str, str]:
     return torch_version, xla_version
 
 
-def plan_runtime(devices: Any, profile_name: str = "auto") -> RuntimePlan:
-    """Choose the profile, count the host's devices, validate CORES; no torch imported."""
+def plan_runtime(devices: Any, profile_name: str = "auto", strategy: str = DATA_PARALLEL, mesh: Any = "",
+                              spelling: Spelling = Spelling("make")) -> RuntimePlan:
+    """Choose the profile, count the host's devices, validate devices, strategy and mesh.
+
+    No torch imported. Errors quote the options in `spelling` (how the user wrote them).
+    """
     if profile_name == "auto":
         profile_name, why = default_profile_name()
         log.info("environment profile: %s (%s; override with --env-profile)", profile_name, why)
@@ -108,9 +118,15 @@ def plan_runtime(devices: Any, profile_name: str = "auto") -> RuntimePlan:
             "to the CPU without saying so (\"Missing XLA configuration\"). Fix: on a TPU VM, check "
             "that no other process holds the TPU (`invoke tpu-clean`); elsewhere use `--env-profile cpu`."
         )
-    selection = select_devices(devices, host_devices)
+    selection = select_devices(devices, host_devices, spelling)
+    parallel = plan_parallel(strategy, mesh, selection.count, spelling)
+    if strategy != DATA_PARALLEL and not selection.spmd:
+        log.warning("%s on one device: there is nothing to shard over, so the model trains unsharded. Use "
+                    "every device of the host (%s) to shard it.", spelling.assign("strategy", strategy),
+                    spelling.example("devices", "auto"))
     env = profile.render(devices=max(selection.devices_needed, selection.count))
-    return RuntimePlan(profile=profile, host_devices=host_devices, selection=selection, env=env)
+    return RuntimePlan(profile=profile, host_devices=host_devices, selection=selection, env=env, parallel=parallel,
+                       spelling=spelling)
 
 
 def apply_environment(plan: RuntimePlan) -> None:
@@ -128,7 +144,7 @@ class XlaRuntime:
 
     device: Any
     mesh: Any | None
-    """The SPMD mesh over every device (axis `data`), or None on one device."""
+    """The SPMD mesh over every device (trainer.parallel), or None on one device."""
     process_index: int
     process_count: int
     torch_version: str
@@ -144,7 +160,6 @@ def start_xla(plan: RuntimePlan) -> XlaRuntime:
     """Preflight, import torch_xla, enable SPMD when several devices, verify the devices exist."""
     torch_version, xla_version = check_version_pair()
     check_tpu_runtime(plan)
-    import numpy as np
     import torch_xla
     import torch_xla.runtime as xr
 
@@ -154,19 +169,22 @@ def start_xla(plan: RuntimePlan) -> XlaRuntime:
     available = xr.global_runtime_device_count()
     if plan.selection.spmd and available != plan.selection.count * xr.process_count():
         raise UserError(
-            f"CORES={plan.selection.count} needs {plan.selection.count} devices per host, but the "
-            f"XLA runtime reports {available} in all for {xr.process_count()} host(s). Fix: "
-            f"use CORES=1 or CORES=auto (all of this host's devices)."
+            f"{plan.spelling.assign('devices', plan.selection.count)} needs {plan.selection.count} devices per "
+            f"host, but the XLA runtime reports {available} in all for {xr.process_count()} host(s). Fix: "
+            f"`{plan.spelling.example('devices', 1)}` or `{plan.spelling.example('devices', 'auto')}` (all of "
+            "this host's devices)."
         )
     if plan.selection.spmd:
-        import torch_xla.distributed.spmd as xs
+        from trainer.parallel.sharding import build_mesh
 
-        mesh = xs.Mesh(np.arange(available), (available,), ("data",))
+        mesh = build_mesh(plan.parallel.mesh, available)
         device = torch_xla.device()
     else:
         index = plan.selection.index or 0
         if index >= available:
-            raise UserError(f"device {index} does not exist: the XLA runtime has {available} device(s) here. Fix: CORES=[0] to [{available - 1}].")
+            raise UserError(
+                f"device {index} does not exist: the XLA runtime has {available} device(s) here. Fix: "
+                f"`{plan.spelling.example('devices', [0])}` to `{plan.spelling.example('devices', [available - 1])}`.")
         device = torch_xla.device(index)
     check_launcher_topology(xr.process_index(), xr.process_count())
     return XlaRuntime(

@@ -1,219 +1,246 @@
-"""One `Trainer.fit` call, start to finish, as a straight line of steps.
+"""One fit, start to finish, as three plain phases around one `Progress` counter.
 
-    resume? -> outputs -> seed -> module to device -> optimizer -> data -> restore state
-    -> epochs (checkpoints at step boundaries; SIGTERM/SIGINT stop there) -> final checkpoint
+    set-up   run directory -> resume? -> seed -> module to the device, sharded -> optimizer
+             -> data -> restore the checkpoint's state
+    epochs   train (checkpoints at step boundaries; SIGTERM/SIGINT stop there) -> validate
+             -> the epoch's row -> epoch checkpoint
+    finish   summary
+
+`FitSession` is built from the job config, the runtime plan and the started XLA
+runtime, and reaches into nothing else: `Trainer` only validates and hands over.
 """
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from tqdm.auto import tqdm
 
+from trainer import backend
 from trainer.batches import FixedShapeBatches
-from trainer.checkpoint_manifest import CheckpointStore
-from trainer.checkpointing import CHECKPOINT_DIR, Checkpointer, find_resume, run_dir_for
+from trainer.checkpoint.policy import CHECKPOINT_DIR, Checkpointer, find_resume, run_dir_for
+from trainer.checkpoint.state import (
+    SkipBatches, TrainState, capture_host_rng, loader_generators, restore_host_rng, restore_training_state,
+    restore_xla_rng,
+)
+from trainer.checkpoint.store import CheckpointStore
+from trainer.config import JobConfig
 from trainer.device_loader import BatchTransfer, DeviceLoader
-from trainer.engine import FitResult, seed_everything
 from trainer.errors import UserError
-from trainer.loop import DeviceAccumulators, EpochLoop, StepReporter, compile_count, epoch_metrics
+from trainer.loop import DeviceAccumulators, EpochLoop, StepReporter, epoch_metrics
 from trainer.model_setup import move_module, repoint_optimizer
-from trainer.outputs import RunOutputs, prepare_run_dir
+from trainer.outputs import RunOutputs, default_run_dir, prepare_run_dir
+from trainer.parallel.sharding import prepare_module, shard_gradients
 from trainer.precision import Precision
 from trainer.preemption import StopRequest, TrainingInterrupted
-from trainer.run_manifest import record_resume, write_run_manifest
+from trainer.progress import Progress
+from trainer.run_manifest import record_resume, resolved_config, write_run_manifest
 from trainer.sampling import shard_loader
-from trainer.training_state import (
-    SkipBatches, capture_host_rng, loader_generators, restore_host_rng, restore_training_state, restore_xla_rng,
-)
+from trainer.seeding import seed_device, seed_everything
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class FitResult:
+    metrics: Mapping[str, float]
+    """The last epoch's averages: train_loss, val_loss, val_accuracy, ..."""
+    history: list
+    """One dict per epoch, as in metrics.csv."""
+    run_dir: Path | None
+    compiles_per_epoch: list
+
+
 class FitSession:
-    def __init__(self, trainer: Any, module: Any, runtime: Any):
-        self.trainer, self.config, self.module, self.runtime = trainer, trainer.config, module, runtime
+    def __init__(self, job: JobConfig, plan: Any, runtime: Any):
+        self.job, self.plan, self.runtime = job, plan, runtime
+        self.config = job.trainer
         self.precision = Precision(self.config.precision)
         self.run_dir: Path | None = None
         self.outputs = RunOutputs.disabled()
         self.store: CheckpointStore | None = None
         self.resumed = None
+        self.compiles: list[int] = []
+        self.metrics: dict[str, float] = {}
 
-    def run(self, train_loader: Any, val_loader: Any) -> FitResult:
+    def run(self, module: Any, train_loader: Any = None, val_loader: Any = None) -> FitResult:
         # Handlers first: a SIGTERM during set-up must not kill the process half-way.
         with StopRequest() as self.stop:
             self._open_outputs()
             try:
-                return self._fit(train_loader, val_loader)
+                self._set_up(module, train_loader, val_loader)
+                if self.stop.requested:  # signalled during set-up: nothing new to save
+                    raise TrainingInterrupted(self.stop.signum, None)
+                for epoch in self.progress.epochs():
+                    self._run_epoch(epoch)
+                return self._finish()
             finally:
                 self.outputs.close()
 
+    # ------------------------------------------------------------------ set-up
     def _open_outputs(self) -> None:
-        cfg = self.config
-        run_dir = run_dir_for(cfg.resume, cfg.run_dir) or self.trainer.default_run_dir()
+        cfg, job = self.config, self.job.to_dict()
+        run_dir = run_dir_for(cfg.resume, cfg.run_dir) or default_run_dir(cfg.run_dir, self.job.name)
         self.resumed = find_resume(cfg.resume, run_dir)
         if not self.runtime.is_global_zero:
             return
-        job = self.trainer.job.to_dict()
         self.run_dir = prepare_run_dir(run_dir, resuming=bool(cfg.resume))
-        self.store = CheckpointStore(self.run_dir / CHECKPOINT_DIR, self.trainer.job.checkpoint.keep_last)
+        self.store = CheckpointStore(self.run_dir / CHECKPOINT_DIR, self.job.checkpoint.keep_last)
         self.store.start()
         if self.resumed is None:
             self.outputs = RunOutputs(self.run_dir)
-            write_run_manifest(self.run_dir, job, self.trainer.plan, self.runtime)
+            write_run_manifest(self.run_dir, job, self.plan, self.runtime)
         else:
             state = self.resumed.state
             _warn_config_changes(state.get("config", {}), job)
             self.outputs = RunOutputs(self.run_dir, resume_step=state["global_step"], completed_epochs=state["epoch"])
-            record_resume(self.run_dir, job, self.trainer.plan, self.runtime, self.resumed.path,
+            record_resume(self.run_dir, job, self.plan, self.runtime, self.resumed.path,
                           self.resumed.sha256, state["global_step"])
             log.info("resuming from %s: step %d, epoch %d, batch %d", self.resumed.path, state["global_step"],
                      state["position"]["epoch"], state["position"]["batch"])
-        self.outputs.write_config(self.trainer.resolved_config(self.runtime, self.run_dir))
+        self.outputs.write_config(resolved_config(self.job, self.plan, self.runtime, self.run_dir))
         log.info("run directory: %s", self.run_dir)
 
-    def _fit(self, train_loader: Any, val_loader: Any) -> FitResult:
-        cfg, rt = self.config, self.runtime
-        log.info(
-            "training on %s (%s), precision %s, torch %s, torch_xla %s",
-            self.trainer.plan.selection.describe(), rt.device, cfg.precision, rt.torch_version, rt.xla_version,
-        )
-        seed_everything(cfg.seed, rt.device)
-        module = self.precision.convert_module(self.module)
+    def _set_up(self, module: Any, train_loader: Any, val_loader: Any) -> None:
+        cfg, rt, parallel = self.config, self.runtime, self.job.parallel
+        log.info("training on %s (%s), %s, precision %s, torch %s, torch_xla %s", self.plan.selection.describe(),
+                 rt.device, self.plan.parallel.describe(), cfg.precision, rt.torch_version, rt.xla_version)
+        seed_everything(cfg.seed)
+        seed_device(cfg.seed, rt.device)
+        module = self.precision.convert_module(module)
         moved = move_module(module, rt.device)
+        prepare_module(module, self.plan.parallel, rt.mesh, parallel.fsdp_wrap, parallel.activation_checkpointing)
         optimizer, scheduler = _optimizers(module.configure_optimizers())
         repoint_optimizer(optimizer, moved)
         train_loader = train_loader if train_loader is not None else module.train_dataloader()
         val_loader = val_loader if val_loader is not None else module.val_dataloader()
-        train = self._device_loader(train_loader)
-        val = self._device_loader(val_loader) if val_loader is not None else None
+        self.train = self._device_loader(train_loader)
+        self.val = self._device_loader(val_loader) if val_loader is not None else None
 
         accumulators = DeviceAccumulators(rt.device)
-        reporter = StepReporter(self.outputs.log_step)
-        loop = EpochLoop(module, optimizer, self.precision, reporter, accumulators,
-                         cfg.log_every_n_steps, samples_per_step=(train.batches.full_size or 0) * rt.process_count)
-        parts = _Parts(module, optimizer, scheduler, accumulators)
-        checkpointer = Checkpointer(self.trainer.job.checkpoint, self.store, self.trainer.job.to_dict(),
-                                    rt.device, cfg.max_epochs)
-        generators = loader_generators(train.batches.loader)
-        resumed = self.resumed.state if self.resumed is not None else None
-        first_epoch, first_batch, global_step = 1, 0, 0
-        if resumed is not None:
-            restore_training_state(resumed, module, optimizer, scheduler, accumulators, rt.device)
-            first_epoch, first_batch = resumed["position"]["epoch"], resumed["position"]["batch"]
-            global_step = resumed["global_step"]
+        self.state = TrainState(module, optimizer, scheduler, accumulators)
+        self.reporter = StepReporter(self.outputs.log_step)
+        fully_sharded = self.plan.parallel.fully_sharded
+        self.loop = EpochLoop(module, optimizer, self.precision, self.reporter, accumulators,
+                              samples_per_step=(self.train.batches.full_size or 0) * rt.process_count,
+                              after_backward=(lambda: shard_gradients(module)) if fully_sharded else (lambda: None))
+        self.checkpointer = Checkpointer(self.job.checkpoint, self.store, self.job.to_dict(), rt, cfg.max_epochs,
+                                         sharded=fully_sharded)
+        self.generators = loader_generators(self.train.batches.loader)
+        self.progress = Progress(cfg.max_epochs, cfg.log_every_n_steps)
+        if self.resumed is not None:
+            saved = self.resumed.state
+            restore_training_state(self.resumed, self.state, rt, sharded=fully_sharded)
+            self.progress = Progress.resumed(cfg.max_epochs, cfg.log_every_n_steps, saved["position"]["epoch"],
+                                             saved["position"]["batch"], saved["global_step"])
         module.on_fit_start()
-        compiles, metrics = [], {}
-
-        def save(position: tuple[int, int], epoch_rng: dict, reason: str) -> Path | None:
-            reporter.drain()  # steps.csv must hold every step the checkpoint claims
-            self.outputs.flush_steps()
-            return checkpointer.save(parts, global_step=global_step, position=position,
-                                     epoch_start_rng=epoch_rng, reason=reason)
-
-        stop = self.stop
-        if stop.requested:  # signalled during set-up: nothing new to save
-            raise TrainingInterrupted(stop.signum, None)
-        for epoch in range(first_epoch, cfg.max_epochs + 1):
-            resuming = resumed is not None and epoch == first_epoch
-            _set_sampler_epoch(train.batches.loader, epoch)
-            if resuming:  # the epoch's shuffle and host RNG as they were when it started
-                restore_host_rng(resumed["epoch_start_rng"], generators)
-            epoch_rng = capture_host_rng(generators)
-            module.on_train_epoch_start(epoch)
-            skip = first_batch if resuming else 0
-            epoch_len = len(train)  # once per epoch, not in the per-step callback
-            epoch_train = DeviceLoader(SkipBatches(train.batches, skip), train.transfer, train.prefetch) if skip else train
-            if resuming:
-                restore_xla_rng(resumed, rt.device)  # after every setup sync, right before the first step
-
-            def after_step(step: int, batches_done: int) -> None:
-                nonlocal global_step
-                global_step = step
-                if stop.requested:
-                    raise TrainingInterrupted(stop.signum, save((epoch, batches_done), epoch_rng, "preempted"))
-                if checkpointer.due_after_step(step, batches_done, epoch_len):
-                    save((epoch, batches_done), epoch_rng, "every_n_steps")
-
-            start, compiles_before = time.perf_counter(), compile_count()
-            with tqdm(total=epoch_len, initial=skip, desc=f"epoch {epoch}/{cfg.max_epochs}", unit="step",
-                      disable=not (cfg.progress_bar and rt.is_global_zero), leave=False, dynamic_ncols=True) as bar:
-                steps_before = global_step
-                global_step = loop.train_epoch(epoch_train, epoch, global_step, bar, skip, after_step)
-            if val is not None:
-                loop.validate(val)
-            sums = accumulators.read_and_reset()  # the epoch's one host read
-            sums["train_steps"] = global_step - steps_before + skip
-            if scheduler is not None:
-                scheduler.step()
-            seconds = time.perf_counter() - start
-            metrics = epoch_metrics(sums)
-            compiles.append(compile_count() - compiles_before)
-            row = {"epoch": epoch, "global_step": global_step, **metrics, "compiles": compiles[-1],
-                   "epoch_seconds": round(seconds, 3),
-                   "samples_per_second": round((global_step - steps_before) * loop.samples_per_step / seconds, 1)}
-            self.outputs.log_epoch(row)
-            module.on_validation_epoch_end(epoch, {k: v for k, v in metrics.items() if k.startswith("val_")})
-            log.info("epoch %d/%d: %s", epoch, cfg.max_epochs, _format(row))
-            if epoch == cfg.max_epochs:
-                module.on_fit_end()  # before the final checkpoint, as documented
-            if stop.requested or checkpointer.due_after_epoch(epoch):
-                path = save((epoch + 1, 0), capture_host_rng(generators), "preempted" if stop.requested else "epoch")
-                if stop.requested:
-                    raise TrainingInterrupted(stop.signum, path)
-        if reporter.non_finite_steps:
-            log.warning("the loss was NaN/inf at logged steps %s", reporter.non_finite_steps[:10])
-        if first_epoch > cfg.max_epochs:
-            log.info("the checkpoint already completed %d epoch(s); nothing to train (raise --max-epochs to continue)",
-                     first_epoch - 1)
-            metrics = {k: v for k, v in (self.outputs.history or [{}])[-1].items() if k.endswith(("loss", "accuracy"))}
-        result = FitResult(metrics=metrics, history=self.outputs.history, run_dir=self.run_dir,
-                           compiles_per_epoch=compiles)
-        self._write_summary(result)
-        return result
 
     def _device_loader(self, loader: Any) -> DeviceLoader:
-        rt, cfg = self.runtime, self.config
+        rt, cfg, selection = self.runtime, self.config, self.plan.selection
         loader = shard_loader(loader, rt.process_index, rt.process_count, cfg.seed)
         batches = FixedShapeBatches(loader, cfg.last_batch)
-        if self.trainer.plan.selection.spmd and batches.full_size and batches.full_size % self.trainer.plan.selection.count:
+        if selection.spmd and batches.full_size and batches.full_size % selection.count:
             raise UserError(
-                f"the batch size {batches.full_size} cannot be split evenly over "
-                f"{self.trainer.plan.selection.count} devices (SPMD gives each device an equal "
-                f"shard). Fix: use a batch size that is a multiple of {self.trainer.plan.selection.count}."
+                f"the batch size {batches.full_size} cannot be split evenly over {selection.count} devices (SPMD "
+                f"gives each device an equal shard). Fix: use a batch size that is a multiple of {selection.count}."
             )
-        transfer = BatchTransfer(rt.device, rt.mesh, minibatch=rt.process_count > 1,
-                                 cast=self.precision.convert_input)
+        transfer = BatchTransfer(rt.device, rt.mesh, minibatch=rt.process_count > 1, cast=self.precision.convert_input)
         return DeviceLoader(batches, transfer, prefetch=cfg.prefetch_batches)
+
+    # ------------------------------------------------------------------ epochs
+    def _run_epoch(self, epoch: int) -> None:
+        cfg, progress, state = self.config, self.progress, self.state
+        skip = progress.start_epoch(epoch)
+        resuming = self.resumed is not None and epoch == progress.first_epoch
+        _set_sampler_epoch(self.train.batches.loader, epoch)
+        if resuming:  # the epoch's shuffle and host RNG as they were when it started
+            restore_host_rng(self.resumed.state["epoch_start_rng"], self.generators)
+        self.epoch_rng = capture_host_rng(self.generators)
+        state.module.on_train_epoch_start(epoch)
+        epoch_len = len(self.train)  # once per epoch, not in the per-step callback
+        train = DeviceLoader(SkipBatches(self.train.batches, skip), self.train.transfer, self.train.prefetch) \
+            if skip else self.train
+        if resuming:
+            restore_xla_rng(self.resumed.state, self.runtime.device)  # after every set-up sync, right before the first step
+
+        start, compiles_before, steps_before = time.perf_counter(), backend.compile_count(), progress.global_step
+        with tqdm(total=epoch_len, initial=skip, desc=f"epoch {epoch}/{cfg.max_epochs}", unit="step",
+                  disable=not (cfg.progress_bar and self.runtime.is_global_zero), leave=False, dynamic_ncols=True) as bar:
+            self.loop.train_epoch(train, progress, bar, lambda: self._after_step(epoch_len))
+        if self.val is not None:
+            self.loop.validate(self.val)
+        sums = state.accumulators.read_and_reset()  # the epoch's one host read
+        sums["train_steps"] = progress.global_step - steps_before + skip
+        if state.scheduler is not None:
+            state.scheduler.step()
+        seconds = time.perf_counter() - start
+        self.metrics = epoch_metrics(sums)
+        self.compiles.append(backend.compile_count() - compiles_before)
+        row = {"epoch": epoch, "global_step": progress.global_step, **self.metrics, "compiles": self.compiles[-1],
+               "epoch_seconds": round(seconds, 3),
+               "samples_per_second": round((progress.global_step - steps_before) * self.loop.samples_per_step / seconds, 1)}
+        self.outputs.log_epoch(row)
+        state.module.on_validation_epoch_end(epoch, {k: v for k, v in self.metrics.items() if k.startswith("val_")})
+        log.info("epoch %d/%d: %s", epoch, cfg.max_epochs, _format(row))
+        progress.end_epoch()
+        if epoch == cfg.max_epochs:
+            state.module.on_fit_end()  # before the final checkpoint, as documented
+        if self.stop.requested or self.checkpointer.due_after_epoch(epoch):
+            path = self._save(capture_host_rng(self.generators), "preempted" if self.stop.requested else "epoch")
+            if self.stop.requested:
+                raise TrainingInterrupted(self.stop.signum, path)
+
+    def _after_step(self, epoch_len: int) -> None:
+        """At a step boundary (after the sync): the only place to stop or save mid-epoch."""
+        if self.stop.requested:
+            raise TrainingInterrupted(self.stop.signum, self._save(self.epoch_rng, "preempted"))
+        if self.checkpointer.due_after_step(self.progress.global_step, self.progress.batch, epoch_len):
+            self._save(self.epoch_rng, "every_n_steps")
+
+    def _save(self, epoch_rng: dict, reason: str) -> Path | None:
+        self.reporter.drain()  # steps.csv must hold every step the checkpoint claims
+        self.outputs.flush_steps()
+        return self.checkpointer.save(self.state, global_step=self.progress.global_step,
+                                      position=self.progress.position, epoch_start_rng=epoch_rng, reason=reason)
+
+    # ------------------------------------------------------------------ finish
+    def _finish(self) -> FitResult:
+        if self.reporter.non_finite_steps:
+            log.warning("the loss was NaN/inf at logged steps %s", self.reporter.non_finite_steps[:10])
+        metrics = self.metrics
+        if self.progress.first_epoch > self.config.max_epochs:
+            log.info("the checkpoint already completed %d epoch(s); nothing to train (raise --max-epochs to continue)",
+                     self.progress.first_epoch - 1)
+            metrics = {k: v for k, v in (self.outputs.history or [{}])[-1].items() if k.endswith(("loss", "accuracy"))}
+        result = FitResult(metrics=metrics, history=self.outputs.history, run_dir=self.run_dir,
+                           compiles_per_epoch=self.compiles)
+        self._write_summary(result)
+        return result
 
     def _write_summary(self, result: FitResult) -> None:
         history = result.history
         summary = {
-            **{k: v for k, v in result.metrics.items()},
+            **dict(result.metrics),
             "epochs": len(history),
             "global_step": history[-1]["global_step"] if history else 0,
             "compiles_per_epoch": result.compiles_per_epoch,
             "compiles_after_first_epoch": sum(result.compiles_per_epoch[1:]),
-            "devices": self.trainer.plan.selection.count,
-            "device_index": self.trainer.plan.selection.index,
+            "devices": self.plan.selection.count,
+            "device_index": self.plan.selection.index,
+            "strategy": self.job.parallel.strategy,
+            "mesh": self.plan.parallel.mesh.describe() if self.plan.parallel.mesh else None,
             "precision": self.config.precision,
-            "env_profile": self.trainer.plan.profile.name,
+            "env_profile": self.plan.profile.name,
             "torch": self.runtime.torch_version,
             "torch_xla": self.runtime.xla_version,
             "mean_samples_per_second_after_first_epoch": _mean([r["samples_per_second"] for r in history[1:]]),
         }
         self.outputs.write_summary(summary)
         self.outputs.plot()
-
-
-class _Parts:
-    """The device state a checkpoint captures."""
-
-    def __init__(self, module: Any, optimizer: Any, scheduler: Any, accumulators: Any):
-        self.module, self.optimizer, self.scheduler, self.accumulators = module, optimizer, scheduler, accumulators
 
 
 def _warn_config_changes(saved: dict, now: dict, allowed: tuple = ("max_epochs", "resume", "run_dir", "progress_bar")) -> None:

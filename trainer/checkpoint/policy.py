@@ -6,13 +6,18 @@ A checkpoint file holds (all on the host, loadable with `torch.load(weights_only
     position {"epoch", "batch"}                  the epoch the next step is in, and how
                                                  many of its batches are done
     epoch_start_rng                              host RNG + loader generators at that
-                                                 epoch's start (see trainer.training_state)
+                                                 epoch's start (see trainer.checkpoint.state)
     xla_rng, config, format
+
+A sharded model (strategy fsdp) is checkpointed as a directory instead (`step-N.dcp/`,
+`final.dcp/`): its module and optimizer state as shards (`trainer.checkpoint.sharded`),
+the rest as the same host dict in `host.pt`. Either format resumes into either strategy.
 
 Checkpoints are written at step boundaries only: every `checkpoint.every_n_steps`, after
 every `checkpoint.every_n_epochs` epochs (post validation), on SIGTERM/SIGINT, and as
-final.ckpt after the last epoch. Only the process that writes shared outputs (process 0)
-writes: under SPMD data parallelism every parameter is replicated, so its copy is whole.
+final.ckpt (final.dcp) after the last epoch. Only the process that writes shared outputs
+(process 0) writes: under data parallelism every parameter is replicated, so its copy is
+whole; a sharded model's shards all live in this one process (one host).
 """
 from __future__ import annotations
 
@@ -20,9 +25,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint_manifest import FINAL, CheckpointError, CheckpointStore, Loaded
+from trainer.checkpoint.store import FINAL, FINAL_SHARDED, CheckpointError, CheckpointStore, Loaded
 from trainer.errors import UserError
-from trainer.training_state import STATE_FORMAT, capture_training_state
+from trainer.checkpoint.state import STATE_FORMAT, TrainState, capture_training_state
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +64,9 @@ def find_resume(resume: str, run_dir: Path | None) -> Loaded | None:
             log.warning("resuming from the newest checkpoint that verifies: %s", loaded.path)
         return loaded
     path = Path(resume)
-    if not path.is_file():
-        raise UserError(f"--resume {resume!r}: no such checkpoint file. Fix: pass a file under RUN_DIR/checkpoints/, or --resume auto.")
+    if not path.exists():
+        raise UserError(f"--resume {resume!r}: no such checkpoint. Fix: pass a file (or, for a sharded model, a "
+                        "directory) under RUN_DIR/checkpoints/, or --resume auto.")
     return CheckpointStore(path.parent).load(path)
 
 
@@ -77,11 +83,20 @@ def run_dir_for(resume: str, configured: str) -> Path | None:
 class Checkpointer:
     """Saves checkpoints of one fit at the moments the config asks for."""
 
-    def __init__(self, config: Any, store: CheckpointStore | None, job: dict, device: Any, max_epochs: int):
-        self.config, self.store, self.job, self.device = config, store, job, device
-        self.max_epochs = max_epochs
+    def __init__(self, config: Any, store: CheckpointStore | None, job: dict, runtime: Any, max_epochs: int,
+                 sharded: bool = False):
+        """`sharded`: the model is sharded (FSDP), so checkpoints are directories of shards."""
+        self.config, self.store, self.job, self.runtime = config, store, job, runtime
+        self.max_epochs, self.sharded = max_epochs, sharded
         self.last_saved: tuple[int, int] | None = None  # (global_step, position epoch)
         self.last_path: Path | None = None
+        if sharded and runtime.process_count > 1:
+            raise UserError(
+                f"sharded (FSDP) checkpoints across {runtime.process_count} hosts are not supported yet: every "
+                "host would have to write its shards into one shared directory, and that path is untested "
+                "(PJRT on CPU cannot emulate several hosts). Fix: train FSDP on one host, or use the data "
+                "strategy on a pod."
+            )
 
     def due_after_step(self, global_step: int, batches_done: int, epoch_len: int) -> bool:
         n = self.config.every_n_steps
@@ -91,22 +106,27 @@ class Checkpointer:
         n = self.config.every_n_epochs
         return epoch == self.max_epochs or (bool(n) and epoch % n == 0)
 
-    def save(self, parts: Any, *, global_step: int, position: tuple[int, int], epoch_start_rng: dict,
+    def save(self, state: TrainState, *, global_step: int, position: tuple[int, int], epoch_start_rng: dict,
              reason: str) -> Path | None:
         """Capture the device state (every process) and write it (the writing process only)."""
         epoch, batch = position
         if self.last_saved == (global_step, epoch):
             return self.last_path  # this exact state is already committed (e.g. SIGTERM right after a save)
-        state = capture_training_state(parts.module, parts.optimizer, parts.scheduler, parts.accumulators, self.device)
-        state.update(format=STATE_FORMAT, global_step=global_step, epoch=epoch - 1,
-                     position={"epoch": epoch, "batch": batch}, epoch_start_rng=epoch_start_rng, config=self.job)
+        host = capture_training_state(state, self.runtime.device, with_model=not self.sharded)
+        host.update(format=STATE_FORMAT, global_step=global_step, epoch=epoch - 1,
+                    position={"epoch": epoch, "batch": batch}, epoch_start_rng=epoch_start_rng, config=self.job)
         self.last_saved = (global_step, epoch)
         if self.store is None:
             return None
         final = batch == 0 and epoch == self.max_epochs + 1
-        name = FINAL if final else f"step-{global_step:08d}.ckpt"
-        entry = self.store.save(state, name, {"global_step": global_step, "epoch": epoch - 1,
-                                              "position": {"epoch": epoch, "batch": batch}, "reason": reason})
+        meta = {"global_step": global_step, "epoch": epoch - 1, "position": {"epoch": epoch, "batch": batch},
+                "reason": reason}
+        if self.sharded:
+            name = FINAL_SHARDED if final else f"step-{global_step:08d}.dcp"
+            entry = self.store.save_sharded(state.module, state.optimizer, host, name, meta)
+        else:
+            name = FINAL if final else f"step-{global_step:08d}.ckpt"
+            entry = self.store.save(host, name, meta)
         self.last_path = self.store.directory / name
         log.info("checkpoint (%s): %s, step %d, sha256 %s", reason, self.last_path, global_step, entry["sha256"][:12])
         return self.last_path

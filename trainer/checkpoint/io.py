@@ -2,12 +2,13 @@
 
 The SHA-256 of what was written is returned so callers can record and verify it:
 `torch.load` accepts a flipped byte without complaint. Which files count as checkpoints
-(the manifest, verification, keep_last) is `trainer.checkpoint_manifest`'s business.
+(the manifest, verification, keep_last) is `trainer.checkpoint.store`'s business.
 """
 from __future__ import annotations
 
 import hashlib
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,10 @@ def clean_temporaries(directory: Path) -> list[Path]:
     removed = []
     if directory.is_dir():
         for leftover in sorted(directory.glob(TMP_PREFIX + "*")):
-            leftover.unlink(missing_ok=True)
+            if leftover.is_dir():  # a sharded checkpoint's directory, killed before its rename
+                shutil.rmtree(leftover)
+            else:
+                leftover.unlink(missing_ok=True)
             removed.append(leftover)
     if removed:
         log.info("removed %d unfinished checkpoint temporaries in %s: %s", len(removed), directory,

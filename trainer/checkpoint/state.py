@@ -24,7 +24,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from trainer.checkpoint import to_cpu
+from trainer import backend
+from trainer.checkpoint.io import to_cpu
 
 STATE_FORMAT = 1
 
@@ -67,44 +68,62 @@ def restore_host_rng(state: dict, generators: list[torch.Generator]) -> None:
         gen.set_state(saved)
 
 
-def capture_training_state(module: Any, optimizer: Any, scheduler: Any, accumulators: Any, device: Any) -> dict:
-    """Host copies of the device state; call at a step boundary (after torch_xla.sync())."""
-    import torch_xla
-    import torch_xla.core.xla_model as xm
+class TrainState:
+    """The device state a checkpoint captures: module, optimizer, scheduler, the run's accumulators."""
 
+    def __init__(self, module: Any, optimizer: Any, scheduler: Any, accumulators: Any):
+        self.module, self.optimizer, self.scheduler, self.accumulators = module, optimizer, scheduler, accumulators
+
+
+def capture_training_state(state: TrainState, device: Any, with_model: bool = True) -> dict:
+    """Host copies of the device state; call at a step boundary (after the step's sync).
+
+    `with_model=False` leaves the module and optimizer out (a sharded checkpoint writes
+    those shard by shard, `trainer.checkpoint.sharded`); the device is settled either way.
+    """
     # Sync so nothing is pending, but keep the sync invisible to the XLA RNG (each sync
     # advances its seed): a run that saves must draw the same numbers as one that does not.
-    rng = int(xm.get_rng_state(device))
-    torch_xla.sync()
-    xm.set_rng_state(rng, device=device)
-    xm.wait_device_ops()  # the values must be those after the last step, not in flight
-    state = to_cpu({
-        "module": module.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "accumulators": dict(accumulators.sums),
-    })
-    state["scheduler"] = scheduler.state_dict() if scheduler is not None else None
-    state["xla_rng"] = rng
-    return state
+    rng = backend.rng_seed(device)
+    backend.sync()
+    backend.set_rng_seed(rng, device)
+    backend.wait_device_ops()  # the values must be those after the last step, not in flight
+    tree = {"accumulators": dict(state.accumulators.sums)}
+    if with_model:
+        tree.update(module=state.module.state_dict(), optimizer=state.optimizer.state_dict())
+    captured = to_cpu(tree)
+    captured["scheduler"] = state.scheduler.state_dict() if state.scheduler is not None else None
+    captured["xla_rng"] = rng
+    return captured
 
 
-def restore_training_state(state: dict, module: Any, optimizer: Any, scheduler: Any, accumulators: Any, device: Any) -> None:
-    """Load a checkpoint's state onto the device (module, optimizer, scheduler, accumulators)."""
-    import torch_xla
+def restore_training_state(loaded: Any, state: TrainState, runtime: Any, sharded: bool) -> None:
+    """Load a verified checkpoint (`trainer.checkpoint.store.Loaded`) onto the device.
 
-    module.load_state_dict(state["module"])  # copy_ into the existing device parameters
-    optimizer.load_state_dict(state["optimizer"])  # torch moves state to each parameter's device
-    if scheduler is not None and state.get("scheduler") is not None:
-        scheduler.load_state_dict(state["scheduler"])
-    accumulators.sums = {k: v.to(device) for k, v in state["accumulators"].items()}
-    torch_xla.sync()  # materialise the uploads as device data before the first step
+    Either format loads into either strategy: a sharded checkpoint reshards into this
+    run's mesh (or one device); a whole one is copied into sharded parameters, and its
+    optimizer state is then given their sharding (`sharded`: this run shards the model).
+    """
+    from trainer.parallel.sharding import shard_optimizer_state
+
+    saved = loaded.state
+    if loaded.sharded_dir is not None:
+        from trainer.checkpoint.sharded import read_sharded
+
+        read_sharded(loaded.sharded_dir, state.module, state.optimizer, spmd=runtime.mesh is not None)
+    else:
+        state.module.load_state_dict(saved["module"])  # copy_ into the existing device parameters
+        state.optimizer.load_state_dict(saved["optimizer"])  # torch moves state to each parameter's device
+    if sharded:
+        shard_optimizer_state(state.optimizer)
+    if state.scheduler is not None and saved.get("scheduler") is not None:
+        state.scheduler.load_state_dict(saved["scheduler"])
+    state.accumulators.sums = {k: v.to(runtime.device) for k, v in saved["accumulators"].items()}
+    backend.sync()  # materialise the uploads as device data before the first step
 
 
 def restore_xla_rng(state: dict, device: Any) -> None:
     """Call right before the first resumed step: every sync in between would advance it."""
-    import torch_xla.core.xla_model as xm
-
-    xm.set_rng_state(state["xla_rng"], device=device)
+    backend.set_rng_seed(state["xla_rng"], device)
 
 
 class SkipBatches:

@@ -19,13 +19,14 @@ import io
 import json
 import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.atomic_files import TMP_PREFIX, write_json_atomic
-from trainer.checkpoint import clean_temporaries, save_atomic
+from trainer.atomic_files import TMP_PREFIX, fsync_dir, write_json_atomic
+from trainer.checkpoint.io import clean_temporaries, save_atomic
 from trainer.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 FORMAT = 1
 FINAL = "final.ckpt"
+FINAL_SHARDED = "final.dcp"
+CHECKPOINT_SUFFIXES = (".ckpt", ".dcp")  # a file; a directory of shards (trainer.checkpoint.sharded)
 
 
 class CheckpointError(UserError):
@@ -46,6 +49,9 @@ class Loaded:
     path: Path
     sha256: str
     state: dict
+    """The host state (for a sharded checkpoint: everything but the module and optimizer)."""
+    sharded_dir: Path | None = None
+    """A sharded checkpoint's directory, whose shards are loaded into the live model later."""
 
 
 class CheckpointStore:
@@ -63,19 +69,27 @@ class CheckpointStore:
         clean_temporaries(self.directory)
 
     def save(self, state: dict, name: str, meta: dict) -> dict:
-        """Write `state` as `name`, commit its manifest entry, then prune; returns the entry.
+        """Write `state` as the file `name`, commit its manifest entry, then prune; returns the entry.
 
         Raises CheckpointError (naming the file and keeping the previous checkpoints) if the
         disk is full or the write fails otherwise.
         """
+        return self._save(name, meta, lambda path: {"sha256": save_atomic(state, path), "bytes": path.stat().st_size})
+
+    def save_sharded(self, module: Any, optimizer: Any, host_state: dict, name: str, meta: dict) -> dict:
+        """As `save`, for a sharded model: the directory `name` of shards plus `host_state`."""
+        from trainer.checkpoint.sharded import write_checkpoint_dir
+
+        return self._save(name, meta, lambda path: write_checkpoint_dir(module, optimizer, host_state, path))
+
+    def _save(self, name: str, meta: dict, write: Any) -> dict:
         path = self.directory / name
         try:
             self._retire(name)
-            digest = save_atomic(state, path)
-            entry = {"file": name, "sha256": digest, "bytes": path.stat().st_size, **meta,
-                     "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            written = write(path)  # whole or absent: a temporary, renamed into place
+            entry = {"file": name, **written, **meta, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             entries = [e for e in self.entries() if e["file"] != name] + [entry]
-            self._commit(entries)
+            self._commit(entries)  # only now does the checkpoint count
         except OSError as exc:
             previous = self.entries()
             kept = f"the previous checkpoint {previous[-1]['file']} is intact" if previous else "no earlier checkpoint exists"
@@ -94,11 +108,11 @@ class CheckpointStore:
         old = next((e for e in entries if e["file"] == name), None)
         if old is None:
             return
-        retired = f"{Path(name).stem}-at-step-{old['global_step']:08d}.ckpt"
+        retired = f"{Path(name).stem}-at-step-{old['global_step']:08d}{Path(name).suffix}"
         target = self.directory / retired
-        target.unlink(missing_ok=True)
+        _remove(target)
         try:
-            os.link(self.directory / name, target)  # a second name for the same bytes: no copy
+            _link(self.directory / name, target)  # a second name for the same bytes: no copy
         except FileNotFoundError:  # nothing left to keep: just forget the entry
             self._commit([e for e in entries if e is not old])
             return
@@ -112,13 +126,13 @@ class CheckpointStore:
         if self.keep_last <= 0:
             return
         entries = self.entries()
-        periodic = [e for e in entries if e["file"] != FINAL]
+        periodic = [e for e in entries if e["file"] not in (FINAL, FINAL_SHARDED)]
         doomed = periodic[: max(0, len(periodic) - self.keep_last)]
         if not doomed:
             return
         self._commit([e for e in entries if e not in doomed])  # forget first, delete after
         for entry in doomed:
-            (self.directory / entry["file"]).unlink(missing_ok=True)
+            _remove(self.directory / entry["file"])
             log.info("keep_last=%d: removed %s", self.keep_last, entry["file"])
 
     # ---------------------------------------------------------------- reading
@@ -139,8 +153,8 @@ class CheckpointStore:
     def unlisted_files(self) -> list[Path]:
         """Checkpoint files with no manifest entry: a save that never committed (or a lost entry)."""
         listed = {e["file"] for e in self.entries()}
-        return sorted(p for p in self.directory.glob("*.ckpt")
-                      if p.name not in listed and not p.name.startswith(TMP_PREFIX))
+        return sorted(p for p in self.directory.iterdir() if p.suffix in CHECKPOINT_SUFFIXES
+                      and p.name not in listed and not p.name.startswith(TMP_PREFIX))
 
     def load(self, path: Path) -> Loaded:
         """Verify `path` against its entry in this manifest, then torch.load it on the host."""
@@ -167,27 +181,58 @@ class CheckpointStore:
         return None, problems
 
 
-def _verified_load(path: Path, entry: dict) -> Loaded:
-    import torch
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
+
+def _link(source: Path, target: Path) -> None:
+    """Hard-link a file, or every file of a directory, under a second name (fsynced)."""
+    if not source.is_dir():
+        os.link(source, target)
+        return
+    target.mkdir()
+    for item in sorted(source.iterdir()):
+        os.link(item, target / item.name)
+    fsync_dir(target)
+    fsync_dir(target.parent)
+
+
+def _verified_load(path: Path, entry: dict) -> Loaded:
+    if "files" in entry:  # a directory of shards: each file checked now, the shards loaded later
+        from trainer.checkpoint.sharded import verify_checkpoint_dir
+
+        return Loaded(path=path, sha256=entry["sha256"], state=verify_checkpoint_dir(path, entry), sharded_dir=path)
+    return Loaded(path=path, sha256=entry["sha256"], state=load_host_state(read_verified(path, entry), path))
+
+
+def read_verified(path: Path, entry: dict, what: str = "checkpoint") -> bytes:
+    """`path`'s bytes, after checking them against `entry` ({"bytes", "sha256"}); else CheckpointError."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {path} is listed in the manifest but the file is missing.") from None
+        raise CheckpointError(f"{what} {path} is listed in the manifest but the file is missing.") from None
     if len(data) != entry["bytes"]:
-        what = "empty" if not data else f"{len(data)} bytes"
+        size = "empty" if not data else f"{len(data)} bytes"
         raise CheckpointError(
-            f"checkpoint {path} is {what}, but the manifest recorded {entry['bytes']} bytes "
+            f"{what} {path} is {size}, but the manifest recorded {entry['bytes']} bytes "
             "(truncated or overwritten after it was committed)."
         )
     digest = hashlib.sha256(data).hexdigest()
     if digest != entry["sha256"]:
         raise CheckpointError(
-            f"checkpoint {path} failed verification: sha256 mismatch, file {digest} != manifest "
+            f"{what} {path} failed verification: sha256 mismatch, file {digest} != manifest "
             f"{entry['sha256']} (the file was corrupted after it was written)."
         )
+    return data
+
+
+def load_host_state(data: bytes, path: Path) -> dict:
+    import torch
+
     try:
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any failure here means "unusable", with its reason
         raise CheckpointError(f"checkpoint {path} matches its hash but torch.load fails: {exc!r}.") from exc
-    return Loaded(path=path, sha256=digest, state=state)
