@@ -307,7 +307,7 @@ def pod(c, tpu="", zone="", project="", hosts="", image="tpu-trainer:2.9", setup
 )
 def tpu_clean(c, tpu="", zone="", project="", hosts="", grace=10, list_only=False, sudo=False,
               identity="", ssh_option=None):  # fmt: skip
-    """Stop leftover processes holding the TPU (/dev/accel*, /dev/vfio/*, libtpu.so).
+    """Stop leftover processes holding the TPU (/dev/accel*, /dev/vfio/<N>, libtpu.so).
 
     Without --tpu/--hosts it cleans this machine; with them, every worker. It lists what it
     stops and never signals a process it did not see holding the TPU.

@@ -17,6 +17,7 @@ from docker.errors import APIError, ImageNotFound
 from tooling.docker_client import connect
 from tooling.errors import ToolingError
 from trainer import env_vars
+from trainer.tpu_host import has_tpu_devices
 
 RUNS_IN_CONTAINER = "/work/runs"
 
@@ -32,15 +33,15 @@ class RunSpec:
     run_root: Path
     """Host directory mounted at /work/runs; relative `--run-dir runs/x` lands in it."""
     tpu: bool = False
-    """Add the TPU VM flags: privileged (the /dev/accel* and vfio devices) and host network."""
+    """Add the TPU VM flags: privileged (the TPU device files) and host network."""
     name: str | None = None
     user: str | None = None
     """uid:gid inside the container; None means the invoking user's."""
 
 
-def tpu_host() -> bool:
-    """True on a TPU VM: its chips show up as /dev/accel* (v2-v4) or /dev/vfio (v5+)."""
-    return any(Path("/dev").glob("accel*")) or Path("/dev/vfio").is_dir()
+def tpu_host(root: str = "/") -> bool:
+    """True on a TPU VM: TPU device files are attached (see `trainer.tpu_host`)."""
+    return has_tpu_devices(root)
 
 
 def run_container(spec: RunSpec, log: Callable[[str], None] = print) -> int:
