@@ -52,8 +52,8 @@ matrix: $(SETUP) ## every pair x CORES {1,8} x PRECISION {fp32,bf16} in its imag
 
 .PHONY: pod tpu-clean
 
-pod: $(SETUP) ## train on every pod worker: TPU=name ZONE=z [PROJECT=p] or HOSTS=h1,h2; IMAGE=tag|none SETUP_SCRIPT=f DRY_RUN=1 ARGS="--max-epochs 3"
-	$(INVOKE) pod $(if $(TPU),--tpu '$(TPU)') $(if $(ZONE),--zone '$(ZONE)') $(if $(PROJECT),--project '$(PROJECT)') $(if $(HOSTS),--hosts '$(HOSTS)') $(if $(IMAGE),--image '$(IMAGE)') $(if $(SETUP_SCRIPT),--setup '$(SETUP_SCRIPT)') $(if $(DRY_RUN),--dry-run) -- $(ARGS)
+pod: $(SETUP) ## train on every pod worker: TPU=name ZONE=z [PROJECT=p WORKERS=n ACCELERATOR_TYPE=v4-32] or HOSTS=h1,h2; IMAGE=tag|none SETUP_SCRIPT=f SHM_SIZE=16g DRY_RUN=1 ARGS="--max-epochs 3"
+	$(INVOKE) pod $(if $(TPU),--tpu '$(TPU)') $(if $(ZONE),--zone '$(ZONE)') $(if $(PROJECT),--project '$(PROJECT)') $(if $(WORKERS),--workers '$(WORKERS)') $(if $(ACCELERATOR_TYPE),--accelerator-type '$(ACCELERATOR_TYPE)') $(if $(HOSTS),--hosts '$(HOSTS)') $(if $(IMAGE),--image '$(IMAGE)') $(if $(SETUP_SCRIPT),--setup '$(SETUP_SCRIPT)') $(if $(SHM_SIZE),--shm-size '$(SHM_SIZE)') $(if $(DRY_RUN),--dry-run) -- $(ARGS)
 
 tpu-clean: $(SETUP) ## stop leftover processes holding the TPU, here or on every worker of TPU=name ZONE=z / HOSTS=h1,h2
 	$(INVOKE) tpu-clean $(if $(TPU),--tpu '$(TPU)') $(if $(ZONE),--zone '$(ZONE)') $(if $(PROJECT),--project '$(PROJECT)') $(if $(HOSTS),--hosts '$(HOSTS)')

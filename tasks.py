@@ -182,10 +182,11 @@ def image_push(c, registry, version="", username=""):
 @task(name="run", help={
     "version": "pair key: runs tpu-trainer:<version>",
     "run-root": "host directory mounted at /work/runs (default: ./runs)",
-    "tpu": "TPU VM flags (--privileged --net=host, tpu-vm profile); default: auto-detect",
+    "tpu": "TPU VM flags (--privileged --net=host --shm-size, tpu-vm profile); default: auto-detect",
     "cpu": "force CPU-XLA even on a TPU VM",
+    "shm-size": "the container's /dev/shm on a TPU VM, docker's spelling (default 16g, as pytorch/xla asks)",
 })
-def image_run(c, version="", run_root="runs", tpu=False, cpu=False):
+def image_run(c, version="", run_root="runs", tpu=False, cpu=False, shm_size="16g"):
     """Run `tpu-trainer ARGS` in the image: `invoke run -- train --cores 8 --precision bf16`.
 
     Runs as you (uid:gid), with ./runs mounted at /work/runs (use `--run-dir runs/NAME`),
@@ -200,7 +201,8 @@ def image_run(c, version="", run_root="runs", tpu=False, cpu=False):
     on_tpu = (tpu or tpu_host()) and not cpu
     with _tooling_errors():
         pair = get_pair(version or None)
-        spec = RunSpec(image_reference(pair.key), with_profile(args, on_tpu), Path(run_root), tpu=on_tpu)
+        spec = RunSpec(image_reference(pair.key), with_profile(args, on_tpu), Path(run_root), tpu=on_tpu,
+                       shm_size=shm_size)  # fmt: skip
         code = run_container(spec)
     if code != 0:
         raise Exit(code=code)
@@ -263,7 +265,11 @@ _WHERE_HELP = {
         "image": "image every worker pulls and runs, by registry path (reg/repo/tpu-trainer:2.9);"
         " `none` runs --entrypoint on the host",
         "setup": "bash script run on every worker first (code, data); its text is sent over ssh",
-        "dry-run": "print every worker's exact commands, run nothing",
+        "dry-run": "print every worker's exact commands, run nothing (with --tpu, add --workers or"
+        " --accelerator-type to need no gcloud, credentials or network)",
+        "workers": "with --tpu: how many workers (VMs) the TPU has; checked against gcloud when launching",
+        "accelerator-type": "with --tpu: its type, e.g. v4-32 or v5litepod-16; the worker count follows",
+        "shm-size": "docker run --shm-size for the container's /dev/shm (default 16g, as pytorch/xla asks)",
         "pull": "pull the image on every worker first (--no-pull: use each worker's local copy)",
         "privileged": "docker run --privileged, so the container sees the TPU "
         "(--no-privileged: for hosts that forbid it)",
@@ -278,7 +284,8 @@ _WHERE_HELP = {
 )
 def pod(c, tpu="", zone="", project="", hosts="", image="tpu-trainer:2.9", setup="",
         dry_run=False, pull=True, privileged=True, job="", entrypoint="tpu-trainer",
-        env=None, volume=None, identity="", ssh_option=None, grace=10):  # fmt: skip
+        env=None, volume=None, identity="", ssh_option=None, grace=10,
+        workers="", accelerator_type="", shm_size="16g"):  # fmt: skip
     """Run `tpu-trainer train ARGS` on every worker: `invoke pod --tpu NAME --zone Z -- ARGS`.
 
     Each worker gets PJRT_DEVICE=TPU, its TPU_TRAINER_PROCESS_INDEX and the process count;
@@ -288,15 +295,17 @@ def pod(c, tpu="", zone="", project="", hosts="", image="tpu-trainer:2.9", setup
     from tooling import pod as launcher
     from tooling import transports
     from tooling.pod_command import PodSpec
+    from tooling.slice_size import parse_slice_size
 
     with _tooling_errors():
         spec = PodSpec(
             job=job or launcher.new_job_name(), args=tuple(shlex.split(c.remainder)),
             image=None if image == "none" else image, entrypoint=entrypoint, pull=pull,
             privileged=privileged, setup=launcher.read_setup(setup), env=launcher.parse_env(env or []),
-            volumes=tuple(volume or []), grace_seconds=int(grace),
+            volumes=tuple(volume or []), grace_seconds=int(grace), shm_size=shm_size,
         )  # fmt: skip
-        transport = transports.choose(tpu, zone, project, hosts, identity, ssh_option or [])
+        transport = transports.choose(tpu, zone, project, hosts, identity, ssh_option or [],
+                                      parse_slice_size(workers, accelerator_type), offline=dry_run)  # fmt: skip
         launcher.launch(spec, transport, dry_run=dry_run)
 
 
@@ -312,7 +321,7 @@ def pod(c, tpu="", zone="", project="", hosts="", image="tpu-trainer:2.9", setup
 )
 def tpu_clean(c, tpu="", zone="", project="", hosts="", grace=10, list_only=False, sudo=False,
               identity="", ssh_option=None):  # fmt: skip
-    """Stop leftover processes holding the TPU (/dev/accel*, /dev/vfio/*, libtpu.so).
+    """Stop leftover processes holding the TPU (/dev/accel*, /dev/vfio/<N>, libtpu.so).
 
     Without --tpu/--hosts it cleans this machine; with them, every worker. It lists what it
     stops and never signals a process it did not see holding the TPU.

@@ -5,8 +5,10 @@ validation and the refusal paragraphs of `invoke pod` that need no worker.
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,7 @@ from pod_probe import ROOT, invoke
 from tooling import pod_command as pc
 from tooling.errors import ToolingError
 from tooling.pod import plan
+from tooling.slice_size import parse_slice_size
 from tooling.transports import Host, SshTransport, choose, parse_hosts
 
 
@@ -41,7 +44,7 @@ def test_train_phase_runs_the_same_args_everywhere_with_allowlisted_extra_env() 
     train = plan(spec, transport)[-1]
     assert train.name == "train"
     assert train.bodies[1] == (
-        "docker run --rm --privileged --net=host --name tpu-trainer-pod-j-w1 -e PJRT_DEVICE=TPU "
+        "docker run --rm --privileged --net=host --shm-size=16g --name tpu-trainer-pod-j-w1 -e PJRT_DEVICE=TPU "
         "-e TPU_TRAINER_IMAGE=reg:5000/tpu-trainer:2.9 -e TPU_TRAINER_PROCESS_COUNT=2 "
         "-e TPU_TRAINER_PROCESS_INDEX=1 -e TPU_WORKER_HOSTNAMES=a,b -e TPU_WORKER_ID=1 "
         "-e XLA_USE_BF16=1 reg:5000/tpu-trainer:2.9 train --precision bf16"
@@ -129,3 +132,76 @@ def test_the_launcher_imports_no_torch() -> None:
     # `invoke pod` refuses bad input in milliseconds; importing torch_xla takes seconds.
     code = "import sys, tooling.pod, tooling.tpu_clean, tooling.transports; assert 'torch' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("workers", "accelerator_type", "says"),
+    [
+        ("0", "", "--workers 0 is not a worker count"),
+        ("four", "", "--workers four is not a worker count"),
+        ("", "v9-8", "--accelerator-type 'v9-8' is not an accelerator type this launcher knows"),
+        ("", "v4-12", "--accelerator-type 'v4-12' is not a slice Cloud TPU makes"),
+        ("2", "v4-32", "--workers 2 disagrees with --accelerator-type v4-32, which has 4 worker"),
+    ],
+)
+def test_bad_slice_sizes_are_refused_in_the_users_spelling(workers: str, accelerator_type: str, says: str) -> None:
+    with pytest.raises(ToolingError, match=re.escape(says)):
+        parse_slice_size(workers, accelerator_type)
+
+
+def test_slice_size_gives_the_worker_count() -> None:
+    assert parse_slice_size().count is None
+    assert parse_slice_size("3").count == 3
+    assert parse_slice_size("", "v6e-64").count == 16
+    assert parse_slice_size("4", "v4-32").count == 4
+
+
+def test_workers_apply_to_a_cloud_tpu_only() -> None:
+    with pytest.raises(ToolingError, match="with --hosts the list itself gives the worker count"):
+        choose("", "", "", "h1,h2", "", [], parse_slice_size("2"))
+
+
+@pytest.mark.parametrize("size", ["16", "0g", "0.0m", "16 g", "16t", "g", "lots"])
+def test_bad_shm_sizes_are_refused(size: str) -> None:
+    with pytest.raises(ToolingError, match=re.escape(f"--shm-size {size!r} is not a size")):
+        pc.PodSpec(job="j", image="reg:5000/tpu-trainer:2.9", shm_size=size)
+
+
+def test_shm_size_reaches_docker_run() -> None:
+    spec = pc.PodSpec(job="j", image="reg:5000/tpu-trainer:2.9", shm_size="512M")
+    assert " --net=host --shm-size=512M --name " in pc.train_body(spec, {}, 0)
+    assert "--shm-size" not in pc.train_body(pc.PodSpec(job="j", image=None), {}, 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "count", "warns"),
+    [
+        ((), 4, "No --run-dir was given, so the run writes to runs/ on each worker's local disk"),
+        (("--run-dir", "/data/run"), 2, "--run-dir /data/run is on each worker's local disk"),
+        (("--run-dir=runs/x",), 2, "--run-dir runs/x is on each worker's local disk"),
+        (("--run-dir", "gs://b/x"), 4, None),
+        (("--run-dir", "/data/run", "--run-dir", "gs://b/x"), 4, None),  # the last one counts
+        ((), 1, None),  # one worker: nothing is split across disks
+    ],
+)
+def test_a_local_run_dir_on_a_multi_worker_pod_warns(args: tuple[str, ...], count: int, warns: str | None) -> None:
+    warning = pc.run_dir_warning(pc.PodSpec(job="j", image=None, args=args), count)
+    if warns is None:
+        assert warning is None
+    else:
+        assert warning is not None and warns in warning
+        assert "lost with a preempted" in warning and "--run-dir gs://BUCKET/runs/NAME" in warning
+
+
+def test_the_run_dir_warning_through_the_cli() -> None:
+    done = invoke("pod", "--hosts", "h1,h2", "--image", "none", "--dry-run", "--", "--run-dir", "/tmp/r")
+    assert done.returncode == 0, done.stderr
+    assert "[pod] warning: --run-dir /tmp/r is on each worker's local disk. On this 2-worker pod" in done.stderr
+    assert "warning" not in done.stdout, "the dry-run output stays the commands"
+
+
+def test_invoke_run_refuses_a_bad_shm_size_before_docker() -> None:
+    from tooling.container import RunSpec
+
+    with pytest.raises(ToolingError, match=re.escape("--shm-size '16' is not a size")):
+        RunSpec("tpu-trainer:2.9", ("train",), Path("runs"), tpu=True, shm_size="16")

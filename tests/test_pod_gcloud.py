@@ -125,7 +125,7 @@ def test_dry_run_prints_each_workers_docker_command_and_runs_nothing(standin) ->
     assert done.returncode == 0, done.stderr
     for i in range(4):
         assert (
-            f"[worker {i}] # runs: docker run --rm --privileged --net=host --name tpu-trainer-pod-demo-w{i} "
+            f"[worker {i}] # runs: docker run --rm --privileged --net=host --shm-size=16g --name tpu-trainer-pod-demo-w{i} "
             f"-e PJRT_DEVICE=TPU -e TPU_TRAINER_IMAGE={image} -e TPU_TRAINER_PROCESS_COUNT=4 "
             f"-e TPU_TRAINER_PROCESS_INDEX={i} -v /data/ckpt:/ckpt {image} train --max-epochs 3\n"
         ) in done.stdout
@@ -184,3 +184,58 @@ def test_tpu_clean_runs_the_cleaner_on_every_worker(standin) -> None:
     assert all(c[7].startswith("--command=python3 -c ") and c[7].endswith(" --grace 10.0 --list-only") for c in calls)
     for i in range(4):
         assert f"[worker {i}] " in done.stdout
+
+
+@pytest.mark.parametrize("size", [["--workers", "4"], ["--accelerator-type", "v4-32"], ["--accelerator-type", "v5litepod-16"]])
+def test_dry_run_with_a_known_size_needs_no_gcloud_at_all(tmp_path: Path, size: list[str]) -> None:
+    # PATH holds no gcloud (nor anything else): no credentials, no network, nothing to call.
+    done = pod(env_with_path(path=str(tmp_path)), *size, "--job", "demo", "--dry-run", "--", "--max-epochs", "3")
+    assert done.returncode == 0, done.stderr
+    assert f"# TPU my-pod: 4 worker(s) (from {' '.join(size)}; gcloud was not called)\n" in done.stdout
+    for i in range(4):
+        assert (
+            f"[worker {i}] # runs: docker run --rm --privileged --net=host --shm-size=16g "
+            f"--name tpu-trainer-pod-demo-w{i} -e PJRT_DEVICE=TPU -e TPU_TRAINER_IMAGE={IMAGE} "
+            f"-e TPU_TRAINER_PROCESS_COUNT=4 -e TPU_TRAINER_PROCESS_INDEX={i} {IMAGE} train --max-epochs 3\n"
+        ) in done.stdout
+        assert f"[worker {i}] gcloud compute tpus tpu-vm ssh my-pod {' '.join(WHERE)} --worker={i} '--command=" in done.stdout
+    assert "[worker 4]" not in done.stdout
+
+
+def test_dry_run_without_a_size_asks_gcloud_and_says_how_to_avoid_it(standin) -> None:
+    env, record = standin
+    done = pod(env, "--dry-run", "--", "--max-epochs", "1")
+    assert done.returncode == 0, done.stderr
+    assert [c[3] for c in records(record)] == ["describe"]
+    assert (
+        "# TPU my-pod: 4 worker(s) (asked `gcloud compute tpus tpu-vm describe my-pod "
+        f"{' '.join(WHERE)} --format=json`;"
+    ) in done.stdout
+    assert "--workers N or --accelerator-type TYPE (e.g. v4-32) gives the worker count without gcloud" in done.stdout
+    # ...and when gcloud cannot answer, the error says it too.
+    failed = pod(env_with_path(path=str(Path(sys.executable).parent)), "--dry-run", "--", "--max-epochs", "1")
+    message = " ".join(failed.stderr.split())
+    assert failed.returncode == 1 and "`gcloud` was not found on PATH" in message
+    assert "gives the worker count without gcloud, so --dry-run needs no credentials and no network" in message
+
+
+def test_workers_must_agree_with_gcloud_when_launching(standin) -> None:
+    env, record = standin
+    done = pod(env, "--workers", "3", "--", "--max-epochs", "1")
+    assert done.returncode == 1
+    message = " ".join(done.stderr.split())
+    assert "--workers 3 disagrees with gcloud, which says TPU 'my-pod' is a v4-32 with 4 worker(s)" in message
+    assert "e.g. --workers 4" in message and "Traceback" not in done.stderr
+    assert [c[3] for c in records(record)] == ["describe"], "nothing may start on a disagreement"
+    done = pod(env, "--accelerator-type", "v4-8", "--", "--max-epochs", "1")
+    assert done.returncode == 1
+    assert "--accelerator-type v4-8 disagrees with gcloud" in " ".join(done.stderr.split())
+
+
+def test_a_matching_size_launches_as_usual(standin, tmp_path: Path) -> None:
+    env, record = standin
+    probe = write_probe(tmp_path)
+    done = pod(env, "--workers", "4", "--entrypoint", str(probe), "--", "--run-dir", "gs://b/r", image="none")
+    assert done.returncode == 0, done.stderr
+    assert "finished on all 4 worker(s)" in done.stdout
+    assert "warning" not in done.stderr, "a gs:// run directory needs no warning"

@@ -16,6 +16,7 @@ import pytest
 
 from pod_probe import ROOT, alive, invoke
 from tooling import tpu_clean
+from trainer import tpu_host
 
 HOLD_FILE = """
 import sys, time, signal
@@ -113,5 +114,55 @@ def test_a_recycled_pid_is_not_signalled(fake_tpu) -> None:
 
 def test_invoke_tpu_clean_on_this_machine() -> None:
     done = invoke("tpu-clean", "--list-only")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("no process holds the TPU\n") or "holds pid" in done.stdout
+
+
+def test_the_vfio_control_node_alone_is_not_a_tpu(tmp_path: Path) -> None:
+    # /dev/vfio/vfio exists wherever the vfio driver is loaded (a VM host passing a GPU
+    # through, too); only the numbered groups /dev/vfio/<N> are TPU chips.
+    (tmp_path / "dev" / "vfio").mkdir(parents=True)
+    for name in ("vfio", "0"):
+        (tmp_path / "dev" / "vfio" / name).write_bytes(b"\0")
+    control, chip = (
+        subprocess.Popen([sys.executable, "-c", HOLD_FILE, str(tmp_path / "dev" / "vfio" / name)],
+                         stdout=subprocess.PIPE, text=True)
+        for name in ("vfio", "0")
+    )  # fmt: skip
+    try:
+        for p in (control, chip):
+            assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        holders, _ = tpu_clean.find_holders(tpu_host.device_globs(str(tmp_path)), libraries=())
+        assert {h.pid for h in holders} & {control.pid, chip.pid} == {chip.pid}
+    finally:
+        for p in (control, chip):
+            p.kill()
+            p.wait()
+
+
+def run_as_a_worker(program: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`python3 -c PROGRAM ARGS` as on a TPU VM: the system python3, no PYTHONPATH, no
+    tpu-trainer installed, and a working directory without the project in it."""
+    return subprocess.run(["python3", "-c", program, *args], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin"}, cwd=cwd, timeout=60)  # fmt: skip
+
+
+def test_the_shipped_program_runs_on_a_bare_python_and_finds_the_holders(fake_tpu) -> None:
+    globs, started, tmp = fake_tpu
+    args = ["--list-only"] + [w for g in globs for w in ("--device-glob", g)]
+    done = run_as_a_worker(tpu_clean.shipped_program(), *args, cwd=tmp)
+    assert done.returncode == 0, done.stderr
+    for name in ("accel", "vfio", "libtpu"):
+        assert f"holds pid {started[name].pid} " in done.stdout
+    # Negative control: tpu_clean.py alone (the old shipment) cannot import tpu_host there.
+    alone = run_as_a_worker(tpu_clean.shipped_program(("tooling.tpu_clean",)), "--list-only", cwd=tmp)
+    assert alone.returncode == 1 and "No module named 'trainer'" in alone.stderr
+
+
+def test_the_remote_command_runs_in_a_workers_shell(tmp_path: Path) -> None:
+    # Exactly the command line `invoke tpu-clean --tpu/--hosts` sends, run by bash.
+    command = tpu_clean.remote_command(grace_seconds=1, list_only=True, sudo=False)
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.endswith("no process holds the TPU\n") or "holds pid" in done.stdout

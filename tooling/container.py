@@ -3,7 +3,7 @@
 A container gets: the invoking user's uid:gid (so the host's run directory receives files
 that user owns), the host run root mounted at /work/runs, an explicit allowlist of the
 XLA runtime variables set on the host (torchprime's rule: nothing else leaks in), and on a
-TPU VM the flags TPU containers need (--privileged, host network).
+TPU VM the flags pytorch/xla documents for TPU containers (`tooling.tpu_docker`).
 """
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from docker.errors import APIError, ImageNotFound
 
 from tooling.docker_client import connect
 from tooling.errors import ToolingError
+from tooling.tpu_docker import DEFAULT_SHM_SIZE, check_shm_size
 from trainer import env_vars
+from trainer.tpu_host import has_tpu_devices
 
 RUNS_IN_CONTAINER = "/work/runs"
 
@@ -32,15 +34,20 @@ class RunSpec:
     run_root: Path
     """Host directory mounted at /work/runs; relative `--run-dir runs/x` lands in it."""
     tpu: bool = False
-    """Add the TPU VM flags: privileged (the /dev/accel* and vfio devices) and host network."""
+    """Add the TPU VM flags: privileged (the TPU device files), host network, `shm_size`."""
     name: str | None = None
     user: str | None = None
     """uid:gid inside the container; None means the invoking user's."""
+    shm_size: str = DEFAULT_SHM_SIZE
+    """Size of the container's /dev/shm on a TPU VM, in docker's spelling (16g, 512m)."""
+
+    def __post_init__(self) -> None:
+        check_shm_size(self.shm_size)
 
 
-def tpu_host() -> bool:
-    """True on a TPU VM: its chips show up as /dev/accel* (v2-v4) or /dev/vfio (v5+)."""
-    return any(Path("/dev").glob("accel*")) or Path("/dev/vfio").is_dir()
+def tpu_host(root: str = "/") -> bool:
+    """True on a TPU VM: TPU device files are attached (see `trainer.tpu_host`)."""
+    return has_tpu_devices(root)
 
 
 def run_container(spec: RunSpec, log: Callable[[str], None] = print) -> int:
@@ -68,6 +75,7 @@ def run_container(spec: RunSpec, log: Callable[[str], None] = print) -> int:
             user=spec.user or f"{os.getuid()}:{os.getgid()}", environment=environment, init=True,
             volumes={str(spec.run_root.resolve()): {"bind": RUNS_IN_CONTAINER, "mode": "rw"}},
             privileged=spec.tpu, network_mode="host" if spec.tpu else None,
+            shm_size=spec.shm_size if spec.tpu else None,
         )
     except APIError as err:
         raise ToolingError(f"The Docker daemon refused to create the container: {err.explanation}") from None

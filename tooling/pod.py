@@ -20,7 +20,7 @@ from typing import IO
 from tooling import pod_command as pc
 from tooling.errors import ToolingError
 from tooling.fanout import Outcome, fan_out
-from tooling.transports import GcloudTransport, Transport
+from tooling.transports import OFFLINE_HINT, GcloudTransport, Transport
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,19 @@ def plan(spec: pc.PodSpec, transport: Transport) -> list[Phase]:
     return phases
 
 
-def print_plan(phases: list[Phase], out: IO[str]) -> None:
+def stop_argv(spec: pc.PodSpec, transport: Transport, index: int) -> list[str]:
+    """The local command that stops worker `index`'s job (its own connection)."""
+    return transport.argv(index, pc.stop_script(spec, index))
+
+
+def print_plan(phases: list[Phase], transport: Transport, out: IO[str]) -> None:
+    """What `--dry-run` shows: each phase's commands, after where the worker count came from."""
+    if isinstance(transport, GcloudTransport):
+        if transport.given_as is None:
+            how = f"asked `{shlex.join(transport.describe_argv())}`;{OFFLINE_HINT}"
+        else:
+            how = f"from {transport.given_as}; gcloud was not called"
+        out.write(f"# TPU {transport.tpu}: {transport.count} worker(s) ({how})\n")
     for phase in phases:
         out.write(f"# phase {phase.name}\n")
         for command, body, prefix in zip(phase.commands, phase.bodies, phase.prefixes):
@@ -101,17 +113,26 @@ def print_plan(phases: list[Phase], out: IO[str]) -> None:
 
 
 def launch(
-    spec: pc.PodSpec, transport: Transport, dry_run: bool = False, out: IO[str] | None = None
-) -> None:
-    """Run the job on every worker, or print its commands; raise ToolingError on failure."""
+    spec: pc.PodSpec, transport: Transport, dry_run: bool = False,
+    out: IO[str] | None = None, err: IO[str] | None = None,
+) -> None:  # fmt: skip
+    """Run the job on every worker, or print its commands; raise ToolingError on failure.
+
+    Warnings (e.g. a run directory on the workers' local disks) go to `err`.
+    """
     out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+    warning = pc.run_dir_warning(spec, transport.count)
+    if warning is not None:
+        err.write(f"[pod] {warning}\n")
+        err.flush()
     phases = plan(spec, transport)
     if dry_run:
-        print_plan(phases, out)
+        print_plan(phases, transport, out)
         return
 
     def stop(index: int) -> None:
-        argv = transport.argv(index, pc.stop_script(spec, index))
+        argv = stop_argv(spec, transport, index)
         try:
             subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
                            timeout=spec.grace_seconds + 30)  # fmt: skip

@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass
 
 from tooling.errors import ToolingError
+from tooling.tpu_docker import DEFAULT_SHM_SIZE, check_shm_size
 from trainer import env_vars
 
 #: Set by the launcher per worker; `--env` may not override them.
@@ -45,6 +46,8 @@ class PodSpec:
     `python3 -m trainer`; non-interactive ssh does not read ~/.bashrc, so give a full path."""
     privileged: bool = True
     """`docker run --privileged`: the simple way to give a container the TPU devices."""
+    shm_size: str = DEFAULT_SHM_SIZE
+    """`docker run --shm-size`: the container's /dev/shm, for DataLoader worker processes."""
     pull: bool = True
     """Pull the image on every worker first, so all run the registry's copy of the tag."""
     setup: str | None = None
@@ -92,6 +95,7 @@ class PodSpec:
             )
         if self.grace_seconds < 1:
             raise ToolingError(f"--grace {self.grace_seconds} must be at least 1 second.")
+        check_shm_size(self.shm_size)
 
 
 def worker_env(
@@ -148,7 +152,8 @@ def pull_body(spec: PodSpec) -> str:
 def train_body(spec: PodSpec, env: dict[str, str], index: int) -> str:
     if spec.image is None:
         return shlex.join(["env", *_env_words(env), *shlex.split(spec.entrypoint), "train", *spec.args])
-    words = ["docker", "run", "--rm", *(["--privileged"] if spec.privileged else []), "--net=host"]
+    words = ["docker", "run", "--rm", *(["--privileged"] if spec.privileged else []), "--net=host",
+             f"--shm-size={spec.shm_size}"]  # fmt: skip
     words += ["--name", container_name(spec, index)]
     for pair in _env_words(env):
         words += ["-e", pair]
@@ -201,3 +206,32 @@ def stop_script(spec: PodSpec, index: int) -> str:
     if docker:
         lines.append(f"docker rm -f {name} >/dev/null 2>&1")
     return shlex.join(["bash", "-c", "; ".join([*lines, "exit 0"])])
+
+
+def run_dir(args: tuple[str, ...]) -> str | None:
+    """The training args' `--run-dir` (the last one, as argparse takes it), or None."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == "--run-dir" and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith("--run-dir="):
+            found = arg.partition("=")[2]
+    return found
+
+
+def run_dir_warning(spec: PodSpec, count: int) -> str | None:
+    """One paragraph when a multi-worker job would keep its outputs on the workers' own disks.
+
+    TPU pods are usually preemptible: a preempted VM's local disk is gone, and with it every
+    checkpoint, so exact resume protects nothing unless the run directory is in Cloud Storage.
+    """
+    where = run_dir(spec.args)
+    if count < 2 or (where is not None and where.startswith("gs://")):
+        return None
+    given = f"--run-dir {where} is" if where is not None else "No --run-dir was given, so the run writes to runs/"
+    return (
+        f"warning: {given} on each worker's local disk. On this {count}-worker pod the run's "
+        "outputs and checkpoints would live on the workers' own disks and be lost with a "
+        "preempted or deleted TPU VM. Pass --run-dir gs://BUCKET/runs/NAME to keep them in "
+        "Cloud Storage."
+    )

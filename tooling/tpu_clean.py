@@ -1,11 +1,12 @@
 """Find and stop leftover processes that hold the TPU ("TPU in use" after a crashed run).
 
-A process holds the TPU if it has a TPU device open (/dev/accel*, /dev/vfio/*) or has
+A process holds the TPU if it has a TPU device open (/dev/accel*, /dev/vfio/<N>) or has
 libtpu.so mapped. Only processes identified that way are signalled, and each one's start
 time is checked again just before the signal so a recycled pid is never hit.
 
-Standard library only: `invoke tpu-clean --tpu NAME` sends this file's source to every
-worker and runs it there with `python3 -c`, where tpu-trainer is not installed.
+Standard library only, plus trainer/tpu_host.py (which device files are a TPU's): `invoke
+tpu-clean --tpu NAME` sends both files' source to every worker as one program
+(`shipped_program`) and runs it there with `python3 -c`, where tpu-trainer is not installed.
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
-DEVICE_GLOBS = ("/dev/accel*", "/dev/vfio/*")
+from trainer.tpu_host import device_globs as tpu_device_globs
+
+DEVICE_GLOBS = tpu_device_globs()  # /dev/vfio/<N>, never the bare /dev/vfio/vfio control node
 LIBRARY_NAMES = ("libtpu.so",)
 
 
@@ -155,14 +158,46 @@ def clean(
     return 1 if survivors else 0
 
 
+#: What a worker must load, in this order: tpu_clean imports trainer.tpu_host.
+SHIPPED_MODULES = ("trainer.tpu_host", "tooling.tpu_clean")
+
+_BOOTSTRAP = """import sys, types
+def _load(name, source):
+    module = types.ModuleType(name)
+    module.__file__ = "<shipped " + name + ">"
+    sys.modules[name] = module  # before exec: imports and dataclasses look modules up there
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    return module
+for _name, _source in SOURCES[:-1]:
+    _load(_name, _source)
+sys.exit(_load(*SOURCES[-1]).main())
+"""
+
+
+def shipped_program(modules: tuple[str, ...] = SHIPPED_MODULES) -> str:
+    """One `python3 -c` program that defines `modules` in order and runs the last one's main().
+
+    Each module keeps its own name and namespace on the worker, so `from trainer.tpu_host
+    import ...` above works there exactly as it does here, with no package installed.
+    """
+    import importlib.util
+
+    sources = []
+    for name in modules:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None, name
+        with open(spec.origin, encoding="utf-8") as f:
+            sources.append((name, f.read()))
+    return f"SOURCES = {sources!r}\n{_BOOTSTRAP}"
+
+
 def remote_command(grace_seconds: float, list_only: bool, sudo: bool) -> str:
-    """The shell command that runs this file on a worker (python3 is on every TPU VM)."""
+    """The shell command that runs the cleaner on a worker (python3 is on every TPU VM)."""
     import shlex
 
-    with open(__file__, encoding="utf-8") as f:
-        source = f.read()
-    words = (["sudo", "-n"] if sudo else []) + ["python3", "-c", source, "--grace", str(grace_seconds)]
-    return shlex.join(words + (["--list-only"] if list_only else []))
+    words = ["python3", "-c", shipped_program(), "--grace", str(grace_seconds)]
+    words = (["sudo", "-n"] if sudo else []) + words + (["--list-only"] if list_only else [])
+    return shlex.join(words)
 
 
 def clean_remote(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tooling.errors import ToolingError
+from tooling.slice_size import SliceSize
 
 #: Non-interactive: a password or host-key prompt would hang a fan-out forever.
 SSH_BASE_OPTIONS = (
@@ -130,10 +131,17 @@ class GcloudTransport:
     zone: str
     project: str | None
     count: int
+    given_as: str | None = None
+    """The user's words when `count` came from --workers/--accelerator-type; None when
+    gcloud described the TPU."""
 
     def _where(self) -> list[str]:
         project = [f"--project={self.project}"] if self.project else []
         return [self.tpu, f"--zone={self.zone}", *project]
+
+    def describe_argv(self) -> list[str]:
+        """The gcloud command that tells how many workers the TPU has (JSON)."""
+        return ["gcloud", "compute", "tpus", "tpu-vm", "describe", *self._where(), "--format=json"]
 
     def argv(self, index: int, command: str) -> list[str]:
         return ["gcloud", "compute", "tpus", "tpu-vm", "ssh", *self._where(),
@@ -154,27 +162,33 @@ class GcloudTransport:
         return code == 255
 
 
-def require_gcloud() -> str:
+def require_gcloud(hint: str = "") -> str:
     path = shutil.which("gcloud")
     if path is None:
         raise ToolingError(
             "`gcloud` was not found on PATH. `--tpu NAME` reaches Cloud TPU VM workers "
             "through the Google Cloud CLI: install it (https://cloud.google.com/sdk/docs/install), "
             "run `gcloud auth login`, and retry; or reach your hosts over plain ssh with "
-            "--hosts h1,h2,..."
+            f"--hosts h1,h2,...{hint}"
         )
     return path
 
 
-def describe_tpu(tpu: str, zone: str, project: str | None) -> GcloudTransport:
-    """Ask gcloud how many workers TPU `tpu` has; refuse unknown or unusable TPUs."""
+def _require_name(tpu: str, zone: str) -> None:
     if not tpu or not zone:
         raise ToolingError(
             f"--tpu {tpu!r} --zone {zone!r}: a Cloud TPU is named by both, e.g. "
             "--tpu my-pod --zone us-central2-b (see `gcloud compute tpus tpu-vm list --zone Z`)."
         )
-    where = GcloudTransport(tpu, zone, project, 0)._where()
-    argv = [require_gcloud(), "compute", "tpus", "tpu-vm", "describe", *where, "--format=json"]
+
+
+def describe_tpu(
+    tpu: str, zone: str, project: str | None, size: SliceSize = SliceSize(), hint: str = ""
+) -> GcloudTransport:
+    """Ask gcloud how many workers TPU `tpu` has; refuse unknown or unusable TPUs, and a
+    `size` the user gave that disagrees. `hint` ends gcloud's error messages."""
+    _require_name(tpu, zone)
+    argv = [require_gcloud(hint), *GcloudTransport(tpu, zone, project, 0).describe_argv()[1:]]
     done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         # gcloud's first ERROR line says it all; the lines after it are the API's details.
@@ -185,11 +199,11 @@ def describe_tpu(tpu: str, zone: str, project: str | None) -> GcloudTransport:
                 f"TPU {tpu!r} was not found in zone {zone!r}"
                 f"{f' of project {project!r}' if project else ''}: gcloud said: {said.rstrip('.')}. "
                 f"Check the name and zone with `gcloud compute tpus tpu-vm list --zone={zone}`"
-                " (and --project if it is not your default)."
+                f" (and --project if it is not your default).{hint}"
             )
         raise ToolingError(
             f"`{shlex.join(argv)}` failed (exit {done.returncode}): {said} "
-            "Fix gcloud's complaint (often `gcloud auth login` or --project) and retry."
+            f"Fix gcloud's complaint (often `gcloud auth login` or --project) and retry.{hint}"
         )
     node = json.loads(done.stdout)
     state = node.get("state", "STATE_UNSPECIFIED")
@@ -208,13 +222,26 @@ def describe_tpu(tpu: str, zone: str, project: str | None) -> GcloudTransport:
             f"TPU {tpu!r} (state {state}) reports no worker endpoints yet; wait until "
             f"`gcloud compute tpus tpu-vm describe {tpu} --zone={zone}` shows READY."
         )
+    size.check(tpu, count, node.get("acceleratorType", ""))
     return GcloudTransport(tpu, zone, project, count)
 
 
+#: How `--dry-run` can do without gcloud; said wherever it had to ask gcloud.
+OFFLINE_HINT = (
+    " --workers N or --accelerator-type TYPE (e.g. v4-32) gives the worker count without "
+    "gcloud, so --dry-run needs no credentials and no network."
+)
+
+
 def choose(
-    tpu: str, zone: str, project: str, hosts: str, identity: str, ssh_options: list[str]
-) -> Transport:
-    """The transport for `invoke pod`/`tpu-clean` options: exactly one of --tpu or --hosts."""
+    tpu: str, zone: str, project: str, hosts: str, identity: str, ssh_options: list[str],
+    size: SliceSize = SliceSize(), offline: bool = False,
+) -> Transport:  # fmt: skip
+    """The transport for `invoke pod`/`tpu-clean` options: exactly one of --tpu or --hosts.
+
+    `offline` (a dry run) takes the worker count from `size` without calling gcloud when
+    the user gave one; a real launch always asks gcloud and checks `size` against it.
+    """
     if bool(tpu) == bool(hosts):
         raise ToolingError(
             f"Give exactly one of --tpu NAME (a Cloud TPU VM pod, via gcloud) or --hosts "
@@ -226,7 +253,15 @@ def choose(
                 "--identity and --ssh-option apply to --hosts only; with --tpu, gcloud "
                 "manages the ssh keys (see `gcloud compute tpus tpu-vm ssh --help`)."
             )
-        return describe_tpu(tpu, zone, project or None)
+        if offline and size.count is not None:
+            _require_name(tpu, zone)
+            return GcloudTransport(tpu, zone, project or None, size.count, given_as=size.said)
+        return describe_tpu(tpu, zone, project or None, size, OFFLINE_HINT if offline else "")
+    if size.count is not None:
+        raise ToolingError(
+            f"{size.said} sizes a Cloud TPU (--tpu); with --hosts the list itself gives the "
+            f"worker count. Drop {size.said}, or list every worker in --hosts."
+        )
     if zone or project:
         raise ToolingError("--zone and --project name a Cloud TPU; they go with --tpu, not --hosts.")
     options = [word for option in ssh_options for word in ("-o", option)]

@@ -6,7 +6,6 @@ worse, after torch_xla silently fell back to the CPU.
 """
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import re
@@ -21,12 +20,9 @@ from trainer.errors import UserError
 from trainer.parallel.mesh import DATA_PARALLEL, ParallelPlan, plan_parallel
 from trainer.profiles import Profile, check_runtime_supported, load_profile
 from trainer.spelling import Spelling
+from trainer.tpu_host import default_profile_name, tpu_host_devices
 
 log = logging.getLogger(__name__)
-
-TPU_DEVICE_GLOBS = ("/dev/accel*", "/dev/vfio/[0-9]*")
-# TPU generations whose chips PJRT exposes as two devices (one per TensorCore).
-_TWO_CORE_CHIPS = ("v2", "v3")
 
 
 @dataclass(frozen=True)
@@ -42,34 +38,6 @@ class RuntimePlan:
     """The mesh and strategy (trainer.parallel)."""
     spelling: Spelling = Spelling("make")
     """How the user spelled the options, for later errors."""
-
-
-def tpu_device_files() -> list[str]:
-    return sorted(f for pattern in TPU_DEVICE_GLOBS for f in glob.glob(pattern))
-
-
-def tpu_host_devices(environ: Mapping[str, str] = os.environ) -> int:
-    """XLA devices of this TPU host: chips, times two on v2/v3 (one device per TensorCore)."""
-    chips = len(tpu_device_files())
-    accelerator = environ.get(env_vars.TPU_ACCELERATOR_TYPE, "")
-    if chips == 0:
-        match = re.fullmatch(r"(v\d+\w*)-(\d+)", accelerator)
-        chips = int(match.group(2)) // (2 if match.group(1) in _TWO_CORE_CHIPS else 1) if match else 0
-        chips = min(chips, 4) if chips else 0  # a slice larger than a host: one host holds at most 4 chips
-    generation = accelerator.split("-")[0]
-    return chips * (2 if generation in _TWO_CORE_CHIPS else 1)
-
-
-def default_profile_name(environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
-    """`tpu-vm` when this host has a TPU, else `cpu`; with the reason, for the log line."""
-    files = tpu_device_files()
-    if files:
-        return "tpu-vm", f"TPU device files found ({', '.join(files[:2])}...)"
-    if environ.get(env_vars.PJRT_DEVICE) == "TPU":  # asked for explicitly: never fall back to the CPU
-        return "tpu-vm", f"{env_vars.PJRT_DEVICE}=TPU is set"
-    if environ.get(env_vars.TPU_ACCELERATOR_TYPE):
-        return "tpu-vm", f"{env_vars.TPU_ACCELERATOR_TYPE}={environ[env_vars.TPU_ACCELERATOR_TYPE]}"
-    return "cpu", "no TPU found on this host (no /dev/accel*, /dev/vfio/*)"
 
 
 def check_version_pair() -> tuple[str, str]:
