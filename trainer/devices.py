@@ -35,10 +35,12 @@ class DeviceSelection:
         """How many devices the runtime must expose for this selection to exist."""
         return self.index + 1 if self.index is not None else self.count
 
-    def describe(self) -> str:
+    def describe(self, sharded: bool = False) -> str:
         if self.index is not None:
             return f"device {self.index} only"
-        return f"{self.count} device" + ("s (SPMD)" if self.count > 1 else "")
+        if self.count == 1:
+            return "1 device"
+        return f"{self.count} devices (SPMD {'FSDP' if sharded else 'data parallel'})"
 
 
 def allowed_values(host_devices: int) -> str:

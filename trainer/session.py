@@ -107,8 +107,9 @@ class FitSession:
 
     def _set_up(self, module: Any, train_loader: Any, val_loader: Any) -> None:
         cfg, rt, parallel = self.config, self.runtime, self.job.parallel
-        log.info("training on %s (%s), %s, precision %s, torch %s, torch_xla %s", self.plan.selection.describe(),
-                 rt.device, self.plan.parallel.describe(), cfg.precision, rt.torch_version, rt.xla_version)
+        log.info("training on %s (%s), %s, precision %s, torch %s, torch_xla %s",
+                 self.plan.selection.describe(self.plan.parallel.fully_sharded), rt.device,
+                 self.plan.parallel.describe(), cfg.precision, rt.torch_version, rt.xla_version)
         seed_everything(cfg.seed)
         seed_device(cfg.seed, rt.device)
         module = self.precision.convert_module(module)

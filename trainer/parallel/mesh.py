@@ -65,10 +65,7 @@ class ParallelPlan:
         return self.strategy == FULLY_SHARDED and self.mesh is not None
 
     def describe(self) -> str:
-        if self.mesh is None:
-            return "one device"
-        what = "FSDP" if self.fully_sharded else "data parallel"
-        return f"{what} over mesh {self.mesh.describe()}"
+        return f"mesh {self.mesh.describe()}" if self.mesh is not None else "no mesh"
 
 
 def parse_mesh(raw: Any, spelling: Spelling) -> dict[str, int]:
