@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 FSDP8 = ("--cores", "8", "--strategy", "fsdp")
 PAUSE = ["--set", "module_args.step_sleep=0.05"]
-# fp32 on CPU-XLA: the strategies reduce in different orders; measured max |diff| over 46 steps ~1e-6.
+# fp32 on CPU-XLA: the strategies reduce in different orders, so losses agree to rounding, not bitwise.
 LOSS_TOLERANCE = 1e-4
 
 
