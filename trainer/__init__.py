@@ -5,7 +5,7 @@ Imports are lazy so that config parsing and validation (`trainer.config`,
 """
 from trainer.errors import UserError
 
-__all__ = ["Trainer", "TrainModule", "FitResult", "TrainingInterrupted", "UserError"]
+__all__ = ["Trainer", "TrainModule", "FitResult", "TrainingInterrupted", "UserError", "notebook_launch"]
 
 
 def __getattr__(name: str):
@@ -21,4 +21,8 @@ def __getattr__(name: str):
         from trainer.module import TrainModule
 
         return TrainModule
+    if name == "notebook_launch":  # train from a Jupyter kernel in a fresh child process
+        from trainer.notebook import notebook_launch
+
+        return notebook_launch
     raise AttributeError(f"module 'trainer' has no attribute {name!r}")
