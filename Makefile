@@ -9,7 +9,7 @@ INVOKE := $(VENV)/bin/invoke
 SETUP  := $(VENV)/.installed-$(PAIR)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup train test env
+.PHONY: help setup train test env bench
 
 help: ## list the targets and their variables
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  \1\t/' | expand -t 18
@@ -21,11 +21,14 @@ $(SETUP): pyproject.toml env/constraints-$(PAIR).txt
 
 setup: $(SETUP) ## create .venv with the pinned torch/torch_xla pair (PAIR=2.9) and the project
 
-train: $(SETUP) ## train the default job: CORES=1|8|auto|[5] PRECISION=fp32|bf16|bf16-true STRATEGY=data|fsdp MESH=data:2,fsdp:4 EPOCHS=N RUN_DIR=DIR CONFIG=job.yaml PROFILE=cpu|tpu-vm RESUME=auto|FILE ARGS="--set k=v"
-	$(INVOKE) train --from-make $(if $(CORES),--cores '$(CORES)') $(if $(STRATEGY),--strategy '$(STRATEGY)') $(if $(MESH),--mesh '$(MESH)') $(if $(PRECISION),--precision '$(PRECISION)') $(if $(EPOCHS),--epochs '$(EPOCHS)') $(if $(RUN_DIR),--run-dir '$(RUN_DIR)') $(if $(CONFIG),--config '$(CONFIG)') $(if $(PROFILE),--profile '$(PROFILE)') $(if $(ARGS),--args '$(ARGS)') $(if $(RESUME),--resume '$(RESUME)')
+train: $(SETUP) ## train the default job: CORES=1|8|auto|[5] PRECISION=fp32|bf16|bf16-true STRATEGY=data|fsdp MESH=data:2,fsdp:4 EPOCHS=N RUN_DIR=DIR CONFIG=job.yaml PROFILE=cpu|tpu-vm RESUME=auto|FILE DEBUG=1 ARGS="--set k=v"
+	$(INVOKE) train --from-make $(if $(CORES),--cores '$(CORES)') $(if $(STRATEGY),--strategy '$(STRATEGY)') $(if $(MESH),--mesh '$(MESH)') $(if $(PRECISION),--precision '$(PRECISION)') $(if $(EPOCHS),--epochs '$(EPOCHS)') $(if $(RUN_DIR),--run-dir '$(RUN_DIR)') $(if $(CONFIG),--config '$(CONFIG)') $(if $(PROFILE),--profile '$(PROFILE)') $(if $(ARGS),--args '$(ARGS)') $(if $(RESUME),--resume '$(RESUME)') $(if $(DEBUG),--debug)
 
 test: $(SETUP) ## run the tests on CPU-emulated XLA (all but the image tests)
 	$(INVOKE) test
+
+bench: $(SETUP) ## engine vs a hand-written torch_xla loop, 1 device and SPMD x8 (figures, not pass/fail): ROUNDS=3 OUT=dir
+	$(INVOKE) bench $(if $(ROUNDS),--rounds '$(ROUNDS)') $(if $(OUT),--out '$(OUT)')
 
 env: $(SETUP) ## print a profile's exports for `eval`: PROFILE=cpu|tpu-vm|xrt-tpu-vm|xrt-tpu-node CORES=N
 	$(INVOKE) env --profile '$(or $(PROFILE),cpu)' $(if $(CORES),--cores '$(CORES)')

@@ -47,13 +47,14 @@ def _run(c, argv: list[str]) -> None:
         "profile": "environment profile from env/ (default: tpu-vm on a TPU host, cpu otherwise)",
         "args": "more CLI flags for `tpu-trainer train`, e.g. '--set module_args.lr=0.01'",
         "resume": "auto (newest valid checkpoint in --run-dir; fresh if none) or a checkpoint file",
+        "debug": "save torch_xla's metrics report and compile/host-read causes into the run directory",
         "strategy": "data (default: whole model on every device) or fsdp (parameters, gradients, optimizer state sharded)",
         "mesh": "device mesh axis sizes, e.g. data:2,fsdp:4 (their product = the device count)",
         "from-make": "spell options in error messages as make variables (CORES=3), as `make train` does",
     }
 )
 def train(c, cores=None, precision=None, epochs=None, run_dir=None, config=None, profile=None, args="",
-          resume=None, strategy=None, mesh=None, from_make=False):
+          resume=None, strategy=None, mesh=None, from_make=False, debug=False):
     """Train a job on XLA with the engine's CLI (default: an MLP on the 8x8 digits).
 
     Exit codes: 0 done, 2 a config/user error, 143 stopped by SIGTERM and 130 by SIGINT
@@ -67,6 +68,8 @@ def train(c, cores=None, precision=None, epochs=None, run_dir=None, config=None,
             argv += [flag, str(value)]
     if from_make:
         argv += ["--options-from", "make"]
+    if debug:
+        argv += ["--debug"]
     _run(c, argv + shlex.split(args))
 
 
@@ -336,3 +339,24 @@ def tpu_clean(c, tpu="", zone="", project="", hosts="", grace=10, list_only=Fals
             return
         cleaner.clean_remote(tpu, zone, project, hosts, identity, ssh_option or [],
                              float(grace), list_only, sudo)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- bench
+@task(help={"workloads": "comma-separated workloads from tooling/bench/workloads.py (default: mlp)",
+            "devices": "device configurations, comma-separated (1: one device, 8: SPMD over 8)",
+            "rounds": "interleaved rounds per configuration (>= 3 for a spread)",
+            "epochs": "epochs per round (epoch 1 carries the compilations)",
+            "wall_rounds": "whole-process runs per side for the start-to-exit wall clock",
+            "out": "run directory for bench.md and bench.json (default runs/bench-<time>)"})
+def bench(c, workloads="mlp", devices="1,8", rounds=3, epochs=3, wall_rounds=3, out=""):
+    """Benchmark the engine against a hand-written torch_xla loop (figures, not pass/fail)."""
+    from datetime import datetime
+    from pathlib import Path
+
+    from tooling.bench.report import run_bench
+
+    out_dir = Path(out or f"runs/bench-{datetime.now():%Y%m%d-%H%M%S}")
+    run_bench(out_dir, workloads.split(","), [int(d) for d in devices.split(",")], int(rounds), int(epochs),
+              int(wall_rounds))
+    print((out_dir / "bench.md").read_text())
+    print(f"written: {out_dir}/bench.md, {out_dir}/bench.json")

@@ -5,7 +5,8 @@ Imports are lazy so that config parsing and validation (`trainer.config`,
 """
 from trainer.errors import UserError
 
-__all__ = ["Trainer", "TrainModule", "FitResult", "TrainingInterrupted", "UserError", "seed_everything"]
+__all__ = ["Trainer", "TrainModule", "FitResult", "TrainingInterrupted", "UserError", "seed_everything",
+           "notebook_launch"]
 
 
 def __getattr__(name: str):
@@ -29,4 +30,8 @@ def __getattr__(name: str):
         from trainer.module import TrainModule
 
         return TrainModule
+    if name == "notebook_launch":  # train from a Jupyter kernel in a fresh child process
+        from trainer.notebook import notebook_launch
+
+        return notebook_launch
     raise AttributeError(f"module 'trainer' has no attribute {name!r}")

@@ -33,6 +33,34 @@ FLAG_KEYS = {
     "strategy": "parallel.strategy",
     "mesh": "parallel.mesh",
 }
+# ---- diagnostics (issue 10) flags; their own block for easy merges.
+DIAGNOSTIC_FLAG_KEYS = {
+    "profile_steps": "diagnostics.profile_steps",
+    "compile_cache": "diagnostics.compile_cache",
+}
+DIAGNOSTIC_SWITCHES = {"debug": "diagnostics.debug", "strict_compile": "diagnostics.strict_compile"}
+
+
+def add_diagnostic_flags(train: argparse.ArgumentParser) -> None:
+    group = train.add_argument_group("diagnostics (what XLA is doing)")
+    group.add_argument("--debug", action="store_true",
+                       help="save torch_xla's metrics report and compile/host-read causes into the run "
+                            "directory and print a summary (slower; for diagnosis)")
+    group.add_argument("--strict-compile", action="store_true",
+                       help="fail the run (exit 2) when XLA compiles again after the warm-up steps")
+    group.add_argument("--profile-steps", metavar="FIRST:LAST",
+                       help="capture an XLA profiler trace of these global steps into RUN_DIR/profile "
+                            "(view: tensorboard --logdir RUN_DIR/profile, Profile tab), e.g. 10:20")
+    group.add_argument("--compile-cache", metavar="DIR",
+                       help="persistent compilation cache directory (off on PJRT CPU, which cannot reload executables)")
+
+
+def diagnostic_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    overrides = {key: getattr(args, flag) for flag, key in DIAGNOSTIC_FLAG_KEYS.items()
+                 if getattr(args, flag, None) is not None}
+    overrides.update({key: True for flag, key in DIAGNOSTIC_SWITCHES.items() if getattr(args, flag, False)})
+    return overrides
+# ---- end diagnostics
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override any config key, e.g. --set module_args.lr=0.01 (repeatable)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
+    add_diagnostic_flags(train)
     train.set_defaults(func=run_train)
 
     env = commands.add_parser("env", help="print the exports of an environment profile")
@@ -86,6 +115,7 @@ def job_overrides(args: argparse.Namespace) -> dict[str, Any]:
             overrides[key] = parse_scalar(value) if flag == "cores" else value
     if args.no_progress:
         overrides["trainer.progress_bar"] = False
+    overrides.update(diagnostic_overrides(args))
     for text in args.overrides:
         key, value = parse_override(text)
         overrides[key] = value

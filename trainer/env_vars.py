@@ -24,7 +24,8 @@ TPU_IP_ADDRESS = "TPU_IP_ADDRESS"  # a TPU node's IP, interpolated into XRT_TPU_
 # XLA behaviour and debugging.
 XLA_USE_BF16 = "XLA_USE_BF16"  # torch_xla's global "every float is bf16" switch.
 XLA_FLAGS = "XLA_FLAGS"
-PT_XLA_DEBUG_LEVEL = "PT_XLA_DEBUG_LEVEL"  # 1 prints each compilation's cause.
+PT_XLA_DEBUG_LEVEL = "PT_XLA_DEBUG_LEVEL"  # 1 prints each compilation's cause; 2 also each unexpected execution.
+PT_XLA_DEBUG_FILE = "PT_XLA_DEBUG_FILE"  # where PT_XLA_DEBUG_LEVEL's analysis goes instead of stderr.
 XLA_IR_DEBUG = "XLA_IR_DEBUG"
 XLA_HLO_DEBUG = "XLA_HLO_DEBUG"
 TF_CPP_MIN_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"  # silences the XLA runtime's C++ log lines.

@@ -16,6 +16,12 @@ every resume, so the directory says where it was resumed from.
 
 Only the process that owns shared outputs (process 0) creates a `RunOutputs` that
 writes; the others get `RunOutputs.disabled()`.
+
+Start-up and finish cost: TensorBoard's writer and matplotlib take about 2 s to import on
+a small host, which a short job paid in series (TensorBoard before the first step, the
+plot after the last). Both are now imported in a background thread started with the
+outputs, overlapping torch_xla's first compilations (which release the GIL); the writer
+is created on first use, and the plot uses matplotlib's Agg canvas without pyplot.
 """
 from __future__ import annotations
 
@@ -60,13 +66,13 @@ class RunOutputs:
         self.path = path
         self._lock = threading.Lock()
         self._epoch_rows: list[dict[str, Any]] = []
-        self._tb = None
+        self._tb_writer = None
         self._steps_file = None
         self._steps = None
+        self._imports: threading.Thread | None = None
         if path is not None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._tb = SummaryWriter(log_dir=str(path / "tb"))
+            self._imports = threading.Thread(target=_import_writers, name="outputs-imports", daemon=True)
+            self._imports.start()
             if resume_step is None:
                 self._steps_file = open(path / "steps.csv", "w", newline="")
                 self._steps = csv.writer(self._steps_file)
@@ -77,6 +83,16 @@ class RunOutputs:
                 write_text_atomic(_csv_text(["global_step", "epoch", "loss"], kept), path / "steps.csv")
                 self._steps_file = open(path / "steps.csv", "a", newline="")
                 self._steps = csv.writer(self._steps_file)
+
+    @property
+    def _tb(self) -> Any:
+        """The TensorBoard writer, created on first use (callers hold `self._lock`)."""
+        if self._tb_writer is None:
+            self._imports.join()
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb_writer = SummaryWriter(log_dir=str(self.path / "tb"))
+        return self._tb_writer
 
     @classmethod
     def disabled(cls) -> "RunOutputs":
@@ -133,14 +149,15 @@ class RunOutputs:
         """metrics.png: training/validation loss and every other validation metric per epoch."""
         if not self.enabled or not self._epoch_rows:
             return
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        self._imports.join()
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
 
         epochs = [r["epoch"] for r in self._epoch_rows]
         others = sorted(k for k in self._epoch_rows[0] if k.startswith("val_") and k != "val_loss")
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        fig = Figure(figsize=(10, 4))
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(1, 2)
         for key in ("train_loss", "val_loss"):
             if key in self._epoch_rows[0]:
                 axes[0].plot(epochs, [r[key] for r in self._epoch_rows], marker="o", label=key)
@@ -154,13 +171,22 @@ class RunOutputs:
                 ax.legend()
         fig.tight_layout()
         fig.savefig(self.path / "metrics.png", dpi=100)
-        plt.close(fig)
 
     def close(self) -> None:
         if self.enabled:
             with self._lock:
-                self._tb.close()
+                self._tb.close()  # creates the writer if nothing was logged: tb/ always exists
                 self._steps_file.close()
+
+
+def _import_writers() -> None:
+    """Import TensorBoard's writer and matplotlib's Agg canvas ahead of their first use."""
+    try:
+        import torch.utils.tensorboard  # noqa: F401
+        from matplotlib.backends import backend_agg  # noqa: F401
+        from matplotlib import figure  # noqa: F401
+    except Exception:  # the real import, at first use, raises with its own message
+        pass
 
 
 def _kept_rows(path: Path, key: str, upto: int) -> list[dict[str, Any]]:
