@@ -90,3 +90,45 @@ class TinyGPT2(TrainModule):
 
     def val_dataloader(self):
         return DataLoader(self._windows(40_000), batch_size=self.batch_size)
+
+
+class HostReadsAndFallback(DigitsClassifier):
+    """Digits with two classic slow-downs in its training step: a `.item()` (a host read every
+    step) and `torch.nonzero` (its output shape depends on the data, so XLA runs it on the CPU)."""
+
+    def training_step(self, batch, batch_idx):
+        losses = super().training_step(batch, batch_idx)
+        if losses.mean().item() > 1e6:  # the read a user writes to catch divergence
+            raise RuntimeError("diverged")
+        return losses + torch.nonzero(losses > 0).shape[0] * 0.0
+
+
+class GrowingSequences(DigitsClassifier):
+    """Sequences padded to the longest in each batch (a common collate): after epoch 1 the
+    length grows from 8 to 12, a new input shape and so a new XLA graph."""
+
+    def train_dataloader(self):
+        from trainer.examples.digits import digits_datasets
+
+        train, _ = digits_datasets(self.data_seed)
+        images, labels = train.tensors
+
+        def collate(rows):
+            length = 8 if self.epoch_seen < 2 else 12
+            x = torch.stack([images[i] for i in rows])
+            y = torch.stack([labels[i] for i in rows])
+            return {"x": x, "y": y, "tokens": torch.zeros(len(rows), length, dtype=torch.long)}
+
+        return DataLoader(range(len(labels)), batch_size=self.batch_size, collate_fn=collate, drop_last=True)
+
+    epoch_seen = 1
+
+    def on_train_epoch_start(self, epoch):
+        self.epoch_seen = epoch
+
+    def training_step(self, batch, batch_idx):
+        logits = self(batch["x"]) + batch["tokens"].float().mean() * 0.0
+        return F.cross_entropy(logits, batch["y"], reduction="none")
+
+    def val_dataloader(self):
+        return None

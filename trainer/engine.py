@@ -12,27 +12,31 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from trainer.config import JobConfig, ParallelConfig, TrainerConfig
+from trainer.config import DiagnosticsConfig, JobConfig, ParallelConfig, TrainerConfig
 from trainer.runtime import RuntimePlan, apply_environment, plan_runtime, start_xla
 from trainer.spelling import Spelling
 
 _PARALLEL_KEYS = {f.name for f in dataclasses.fields(ParallelConfig)}
+_DIAGNOSTICS_KEYS = {f.name for f in dataclasses.fields(DiagnosticsConfig)}
 
 
 class Trainer:
     def __init__(self, devices: Any = 1, precision: str = "fp32", max_epochs: int = 15, *,
                  job: JobConfig | None = None, spelling: Spelling = Spelling("python"), **options: Any):
-        """Keyword options are the fields of `TrainerConfig` (seed, log_every_n_steps, ...) and of
-        `ParallelConfig` (strategy, mesh, fsdp_wrap, activation_checkpointing).
+        """Keyword options are the fields of `TrainerConfig` (seed, log_every_n_steps, ...), of
+        `ParallelConfig` (strategy, mesh, fsdp_wrap, activation_checkpointing) and of
+        `DiagnosticsConfig` (debug, strict_compile, profile_steps, compile_cache, ...).
 
         Raises UserError for bad values before any XLA work, quoting them as `spelling` says
         the user wrote them (Python keywords here; the CLI passes its flags' spelling).
         """
         parallel = {k: options.pop(k) for k in list(options) if k in _PARALLEL_KEYS}
+        diagnostics = {k: options.pop(k) for k in list(options) if k in _DIAGNOSTICS_KEYS}
         self.config = TrainerConfig(devices=devices, precision=precision, max_epochs=max_epochs, **options)
         job = job or JobConfig()
         self.job = dataclasses.replace(job, trainer=self.config,
-                                       parallel=dataclasses.replace(job.parallel, **parallel))
+                                       parallel=dataclasses.replace(job.parallel, **parallel),
+                                       diagnostics=dataclasses.replace(job.diagnostics, **diagnostics))
         self.plan: RuntimePlan = plan_runtime(self.config.devices, self.config.env_profile,
                                               self.job.parallel.strategy, self.job.parallel.mesh, spelling)
 
@@ -43,11 +47,14 @@ class Trainer:
 
     def fit(self, module: Any, train_dataloaders: Any = None, val_dataloaders: Any = None) -> Any:
         """Train `module`; returns a `FitResult`. Raises `TrainingInterrupted` after SIGTERM/SIGINT."""
-        apply_environment(self.plan)
+        from trainer.diagnostics.run import RunDiagnostics
+
+        diagnostics = RunDiagnostics(self.job.diagnostics, self.config.log_every_n_steps)
+        apply_environment(self.plan, diagnostics.environment())  # debug mode's XLA variables too
         runtime = start_xla(self.plan)
         from trainer.session import FitSession
 
-        return FitSession(self.job, self.plan, runtime).run(module, train_dataloaders, val_dataloaders)
+        return FitSession(self.job, self.plan, runtime, diagnostics).run(module, train_dataloaders, val_dataloaders)
 
 
 def __getattr__(name: str) -> Any:  # FitResult lives with the session (it imports torch)

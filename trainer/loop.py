@@ -98,12 +98,14 @@ class EpochLoop:
 
     def __init__(self, module: Any, optimizer: Any, precision: Any, reporter: StepReporter,
                  accumulators: DeviceAccumulators, samples_per_step: int,
-                 after_backward: Callable[[], None] = lambda: None):
-        """`after_backward` runs between backward and the optimizer step (e.g. shard the gradients)."""
+                 after_backward: Callable[[], None] = lambda: None, diagnostics: Any = None):
+        """`after_backward` runs between backward and the optimizer step (e.g. shard the gradients);
+        `diagnostics` (a `trainer.diagnostics.run.RunDiagnostics`) watches each step from outside."""
         self.module, self.optimizer, self.precision = module, optimizer, precision
         self.reporter, self.acc = reporter, accumulators
         self.samples_per_step = samples_per_step
         self.after_backward = after_backward
+        self.diagnostics = diagnostics
         self._warned_scalar = False
 
     def train_epoch(self, loader: Any, progress: Any, bar: Any, after_step: Callable[[], None] | None = None) -> None:
@@ -115,12 +117,16 @@ class EpochLoop:
         self.module.train()
         last_log, last_time = progress.global_step, time.perf_counter()
         for batch, mask in loader:
+            if self.diagnostics is not None:
+                self.diagnostics.before_step(progress.global_step + 1, batch)
             loss = self._train_step(batch, mask, progress.batch)
             self.acc.add("train_loss_sum", loss)
             progress.step_done()
             if progress.logging_step:
                 self.reporter.schedule(loss, progress.global_step, progress.epoch)
             backend.sync()
+            if self.diagnostics is not None:  # before any checkpoint: its reads are the engine's, not the step's
+                self.diagnostics.after_step(progress.global_step, progress.logging_step)
             bar.update(1)
             if after_step is not None:
                 after_step()

@@ -97,9 +97,9 @@ def plan_runtime(devices: Any, profile_name: str = "auto", strategy: str = DATA_
                        spelling=spelling)
 
 
-def apply_environment(plan: RuntimePlan) -> None:
-    """Export the profile's variables (before torch_xla reads them); say what we override."""
-    for key, value in plan.env.items():
+def apply_environment(plan: RuntimePlan, extra: Mapping[str, str] | None = None) -> None:
+    """Export the profile's variables and `extra` (before torch_xla reads them); say what we override."""
+    for key, value in {**plan.env, **(extra or {})}.items():
         current = os.environ.get(key)
         if current is not None and current != value:
             log.warning("profile %s sets %s=%s (it was %s)", plan.profile.name, key, value, current)

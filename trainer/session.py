@@ -29,6 +29,7 @@ from trainer.checkpoint.state import (
 )
 from trainer.checkpoint.store import CheckpointStore
 from trainer.config import JobConfig
+from trainer.env_vars import PJRT_DEVICE
 from trainer.device_loader import BatchTransfer, DeviceLoader
 from trainer.errors import UserError
 from trainer.loop import DeviceAccumulators, EpochLoop, StepReporter, epoch_metrics
@@ -56,8 +57,9 @@ class FitResult:
 
 
 class FitSession:
-    def __init__(self, job: JobConfig, plan: Any, runtime: Any):
-        self.job, self.plan, self.runtime = job, plan, runtime
+    def __init__(self, job: JobConfig, plan: Any, runtime: Any, diagnostics: Any):
+        """`diagnostics`: a `trainer.diagnostics.run.RunDiagnostics` (its environment already exported)."""
+        self.job, self.plan, self.runtime, self.diagnostics = job, plan, runtime, diagnostics
         self.config = job.trainer
         self.precision = Precision(self.config.precision)
         self.run_dir: Path | None = None
@@ -71,14 +73,19 @@ class FitSession:
         # Handlers first: a SIGTERM during set-up must not kill the process half-way.
         with StopRequest() as self.stop:
             self._open_outputs()
+            finished = False
             try:
                 self._set_up(module, train_loader, val_loader)
                 if self.stop.requested:  # signalled during set-up: nothing new to save
                     raise TrainingInterrupted(self.stop.signum, None)
                 for epoch in self.progress.epochs():
                     self._run_epoch(epoch)
-                return self._finish()
+                result = self._finish()
+                finished = True
+                return result
             finally:
+                if not finished:  # an open profile window is still written; the summary is not
+                    self.diagnostics.finish(self.run_dir)
                 self.outputs.close()
 
     # ------------------------------------------------------------------ set-up
@@ -110,6 +117,8 @@ class FitSession:
         log.info("training on %s (%s), %s, precision %s, torch %s, torch_xla %s",
                  self.plan.selection.describe(self.plan.parallel.fully_sharded), rt.device,
                  self.plan.parallel.describe(), cfg.precision, rt.torch_version, rt.xla_version)
+        self.diagnostics.start(pjrt_device=self.plan.env.get(PJRT_DEVICE, ""), xla_version=rt.xla_version,
+                               run_dir=self.run_dir)  # before any tensor work
         seed_everything(cfg.seed)
         seed_device(cfg.seed, rt.device)
         module = self.precision.convert_module(module)
@@ -128,7 +137,8 @@ class FitSession:
         fully_sharded = self.plan.parallel.fully_sharded
         self.loop = EpochLoop(module, optimizer, self.precision, self.reporter, accumulators,
                               samples_per_step=(self.train.batches.full_size or 0) * rt.process_count,
-                              after_backward=(lambda: shard_gradients(module)) if fully_sharded else (lambda: None))
+                              after_backward=(lambda: shard_gradients(module)) if fully_sharded else (lambda: None),
+                              diagnostics=self.diagnostics)
         self.checkpointer = Checkpointer(self.job.checkpoint, self.store, self.job.to_dict(), rt, cfg.max_epochs,
                                          sharded=fully_sharded)
         self.generators = loader_generators(self.train.batches.loader)
@@ -183,7 +193,8 @@ class FitSession:
         self.compiles.append(backend.compile_count() - compiles_before)
         row = {"epoch": epoch, "global_step": progress.global_step, **self.metrics, "compiles": self.compiles[-1],
                "epoch_seconds": round(seconds, 3),
-               "samples_per_second": round((progress.global_step - steps_before) * self.loop.samples_per_step / seconds, 1)}
+               "samples_per_second": round((progress.global_step - steps_before) * self.loop.samples_per_step / seconds, 1),
+               **self.diagnostics.epoch_end()}
         self.outputs.log_epoch(row)
         state.module.on_validation_epoch_end(epoch, {k: v for k, v in self.metrics.items() if k.startswith("val_")})
         log.info("epoch %d/%d: %s", epoch, cfg.max_epochs, _format(row))
@@ -239,6 +250,7 @@ class FitSession:
             "torch": self.runtime.torch_version,
             "torch_xla": self.runtime.xla_version,
             "mean_samples_per_second_after_first_epoch": _mean([r["samples_per_second"] for r in history[1:]]),
+            **self.diagnostics.finish(self.run_dir),
         }
         self.outputs.write_summary(summary)
         self.outputs.plot()
@@ -247,7 +259,7 @@ class FitSession:
 def _warn_config_changes(saved: dict, now: dict, allowed: tuple = ("max_epochs", "resume", "run_dir", "progress_bar")) -> None:
     """A resumed run is only exact with the same job; say which keys differ (extending max_epochs is fine)."""
     changed = []
-    for section in sorted((set(saved) | set(now)) - {"checkpoint"}):  # when to save changes no loss
+    for section in sorted((set(saved) | set(now)) - {"checkpoint", "diagnostics"}):  # neither changes a loss
         old, new = saved.get(section), now.get(section)
         if isinstance(old, dict) and isinstance(new, dict):
             changed += [f"{section}.{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
