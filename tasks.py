@@ -342,13 +342,13 @@ def tpu_clean(c, tpu="", zone="", project="", hosts="", grace=10, list_only=Fals
 
 
 # ----------------------------------------------------------------------------- bench
-@task(help={"workloads": "comma-separated workloads from tooling/bench/workloads.py (default: mlp)",
+@task(help={"workloads": "comma-separated workloads from tooling/bench/workloads.py: mlp, fsdp (default: both)",
             "devices": "device configurations, comma-separated (1: one device, 8: SPMD over 8)",
             "rounds": "interleaved rounds per configuration (>= 3 for a spread)",
             "epochs": "epochs per round (epoch 1 carries the compilations)",
             "wall_rounds": "whole-process runs per side for the start-to-exit wall clock",
             "out": "run directory for bench.md and bench.json (default runs/bench-<time>)"})
-def bench(c, workloads="mlp", devices="1,8", rounds=3, epochs=3, wall_rounds=3, out=""):
+def bench(c, workloads="mlp,fsdp", devices="1,8", rounds=3, epochs=3, wall_rounds=3, out=""):
     """Benchmark the engine against a hand-written torch_xla loop (figures, not pass/fail)."""
     from datetime import datetime
     from pathlib import Path

@@ -27,14 +27,14 @@ def run_bench(out_dir: Path, workloads: list[str], devices: list[int], rounds: i
     rows = []
     for name in workloads:
         workload = WORKLOADS[name]
-        for count in devices:
+        for count in (d for d in devices if d in workload.devices):
             raw_file = out_dir / f"rounds-{name}-{count}.json"
             env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
             subprocess.run([sys.executable, "-m", "tooling.bench.rounds", "--devices", str(count), "--workload", name,
                             "--rounds", str(rounds), "--epochs", str(epochs), "--out", str(raw_file)],
                            cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
             raw = json.loads(raw_file.read_text())["rounds"]
-            walls = wall_rounds(workload.engine_module, name, count, epochs, wall_rounds_count)
+            walls = wall_rounds(workload.engine_module, name, count, epochs, wall_rounds_count, workload.engine_flags())
             rows.append(_row(name, count, raw, walls))
     result = {"when": datetime.now().isoformat(timespec="seconds"), "rounds": rounds, "epochs": epochs,
               "goals": GOALS, "rows": rows}

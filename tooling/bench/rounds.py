@@ -42,7 +42,7 @@ def engine_round(workload, devices: int, epochs: int, log_every: int, root: Path
 
     module.training_step = timed
     trainer = Trainer(devices=devices, max_epochs=epochs, env_profile="cpu", run_dir=str(root / f"engine-{index}"),
-                      log_every_n_steps=log_every, progress_bar=True)
+                      log_every_n_steps=log_every, progress_bar=True, **workload.engine_options)
     before, start = _xla_counts(), time.perf_counter()
     result = trainer.fit(module)
     after = _xla_counts()

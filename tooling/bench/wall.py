@@ -21,13 +21,15 @@ def _timed(argv: list[str]) -> float:
     return seconds
 
 
-def wall_rounds(workload_module: str, workload: str, devices: int, epochs: int, rounds: int) -> dict[str, list[float]]:
+def wall_rounds(workload_module: str, workload: str, devices: int, epochs: int, rounds: int,
+                engine_flags: list[str] = ()) -> dict[str, list[float]]:
     """Interleaved: engine then plain, plain then engine, ... one fresh process each."""
     out: dict[str, list[float]] = {"engine": [], "plain": []}
     with tempfile.TemporaryDirectory(prefix="bench-wall-") as tmp:
         for index in range(rounds):
             engine = [sys.executable, "-m", "trainer", "train", "--module", workload_module, "--cores", str(devices),
-                      "--max-epochs", str(epochs), "--env-profile", "cpu", "--run-dir", f"{tmp}/run-{index}"]
+                      "--max-epochs", str(epochs), "--env-profile", "cpu", "--run-dir", f"{tmp}/run-{index}",
+                      *engine_flags]
             plain = [sys.executable, "-m", "tooling.bench.plain_script", "--devices", str(devices),
                      "--epochs", str(epochs), "--workload", workload]
             for side in (("engine", "plain") if index % 2 == 0 else ("plain", "engine")):

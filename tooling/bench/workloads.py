@@ -1,9 +1,11 @@
 """The workloads `invoke bench` measures: each one as an engine module and a plain loop.
 
-Extension point: add a `Workload` to `WORKLOADS`. Two are planned:
-- "fsdp": the engine's FSDP strategy against a hand-written FSDPv2 loop
-  (`SpmdFullyShardedDataParallel` over `Mesh(np.arange(8), (8, 1), ("fsdp", "model"))`);
-- "lm": the example language model against the same model in a plain loop.
+Extension point: add a `Workload` to `WORKLOADS`. Measured today:
+- "mlp": the engine's defaults against MpDeviceLoader + one sync per step (1 and 8 devices);
+- "fsdp": the engine's FSDP strategy against a hand-written FSDPv2 loop as torch_xla
+  documents it (`SpmdFullyShardedDataParallel` over `Mesh(np.arange(8), (8, 1), ("fsdp",
+  "model"))`, the input sharded on `fsdp`), 8 devices.
+Planned: "lm", the example language model against the same model in a plain loop.
 A workload gives the engine a `TrainModule` (importable by "module:Class", so the CLI
 can run it for the wall-clock comparison) and the plain loop a model, optimizer and data;
 `plain_epoch` is the loop itself and must keep to the XLA rules: one sync per step, no
@@ -11,7 +13,7 @@ can run it for the wall-clock comparison) and the plain loop a model, optimizer 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -99,6 +101,23 @@ def plain_epoch(model: nn.Module, optimizer: Any, device_loader: Any, log_every:
     return steps
 
 
+def fsdp_setup(device: Any, mesh: Any, seed: int = 0) -> tuple:
+    """The same MLP under torch_xla's FSDPv2, written as its docs show (the `mesh` given is ignored)."""
+    import numpy as np
+    import torch_xla.distributed.parallel_loader as pl
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+    from torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel
+
+    count = xr.global_runtime_device_count()
+    fsdp_mesh = xs.Mesh(np.arange(count), (count, 1), ("fsdp", "model"))
+    torch.manual_seed(seed)
+    model = SpmdFullyShardedDataParallel(mlp().to(device), mesh=fsdp_mesh)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sharding = {"x": xs.ShardingSpec(fsdp_mesh, ("fsdp", None)), "y": xs.ShardingSpec(fsdp_mesh, ("fsdp",))}
+    return model, optimizer, pl.MpDeviceLoader(loader(seed), device, input_sharding=sharding)
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -107,8 +126,17 @@ class Workload:
     plain_setup: Callable[..., tuple]
     plain_epoch: Callable[..., int]
     steps_per_epoch: int
+    engine_options: dict = field(default_factory=dict)
+    """Trainer keywords for the engine side (the CLI gets them as --flags)."""
+    devices: tuple = (1, 8)
+    """Device counts the workload is measured on."""
+
+    def engine_flags(self) -> list[str]:
+        return [arg for key, value in self.engine_options.items() for arg in (f"--{key.replace('_', '-')}", str(value))]
 
 
 WORKLOADS = {
     "mlp": Workload("mlp", "tooling.bench.workloads:BenchMLP", plain_setup, plain_epoch, STEPS_PER_EPOCH),
+    "fsdp": Workload("fsdp", "tooling.bench.workloads:BenchMLP", fsdp_setup, plain_epoch, STEPS_PER_EPOCH,
+                     engine_options={"strategy": "fsdp"}, devices=(8,)),
 }
