@@ -3,8 +3,8 @@
 Extension point: add a `Workload` to `WORKLOADS`. Measured today:
 - "mlp": the engine's defaults against MpDeviceLoader + one sync per step (1 and 8 devices);
 - "fsdp": the engine's FSDP strategy against a hand-written FSDPv2 loop as torch_xla
-  documents it (`SpmdFullyShardedDataParallel` over `Mesh(np.arange(8), (8, 1), ("fsdp",
-  "model"))`, the input sharded on `fsdp`), 8 devices.
+  documents it (`SpmdFullyShardedDataParallel` over an 8-device `fsdp` mesh, the input
+  sharded on `fsdp`), 8 devices.
 Planned: "lm", the example language model against the same model in a plain loop.
 A workload gives the engine a `TrainModule` (importable by "module:Class", so the CLI
 can run it for the wall-clock comparison) and the plain loop a model, optimizer and data;
@@ -110,7 +110,9 @@ def fsdp_setup(device: Any, mesh: Any, seed: int = 0) -> tuple:
     from torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel
 
     count = xr.global_runtime_device_count()
-    fsdp_mesh = xs.Mesh(np.arange(count), (count, 1), ("fsdp", "model"))
+    # The docs' (count, 1) ("fsdp", "model") mesh breaks MpDeviceLoader's transfer of the 1-D labels
+    # in 2.9 ("too many indices for tensor of dimension 1"); a one-axis fsdp mesh is the same layout.
+    fsdp_mesh = xs.Mesh(np.arange(count), (count,), ("fsdp",))
     torch.manual_seed(seed)
     model = SpmdFullyShardedDataParallel(mlp().to(device), mesh=fsdp_mesh)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
