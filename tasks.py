@@ -48,13 +48,17 @@ def _run(c, argv: list[str]) -> None:
         "args": "more CLI flags for `tpu-trainer train`, e.g. '--set module_args.lr=0.01'",
         "resume": "auto (newest valid checkpoint in --run-dir; fresh if none) or a checkpoint file",
         "debug": "save torch_xla's metrics report and compile/host-read causes into the run directory",
+        "accumulate": "batches per optimizer step (gradient accumulation)",
+        "max-steps": "stop after N optimizer steps, with a final checkpoint",
+        "clip": "clip the gradients' global norm to this",
         "strategy": "data (default: whole model on every device) or fsdp (parameters, gradients, optimizer state sharded)",
         "mesh": "device mesh axis sizes, e.g. data:2,fsdp:4 (their product = the device count)",
         "from-make": "spell options in error messages as make variables (CORES=3), as `make train` does",
     }
 )
 def train(c, cores=None, precision=None, epochs=None, run_dir=None, config=None, profile=None, args="",
-          resume=None, strategy=None, mesh=None, from_make=False, debug=False):
+          resume=None, strategy=None, mesh=None, from_make=False, debug=False, accumulate=None, max_steps=None,
+          clip=None):
     """Train a job on XLA with the engine's CLI (default: an MLP on the 8x8 digits).
 
     Exit codes: 0 done, 2 a config/user error, 143 stopped by SIGTERM and 130 by SIGINT
@@ -63,7 +67,9 @@ def train(c, cores=None, precision=None, epochs=None, run_dir=None, config=None,
     argv = TRAINER + ["train"]
     for flag, value in (("--cores", cores), ("--precision", precision), ("--max-epochs", epochs),
                         ("--run-dir", run_dir), ("--config", config), ("--env-profile", profile),
-                        ("--resume", resume), ("--strategy", strategy), ("--mesh", mesh)):
+                        ("--resume", resume), ("--strategy", strategy), ("--mesh", mesh),
+                        ("--accumulate-grad-batches", accumulate), ("--max-steps", max_steps),
+                        ("--gradient-clip-val", clip)):
         if value is not None:
             argv += [flag, str(value)]
     if from_make:

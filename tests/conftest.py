@@ -22,6 +22,7 @@ def xla_device():
     """One PJRT CPU device for in-process tests (set before the runtime starts)."""
     os.environ["PJRT_DEVICE"] = "CPU"
     os.environ["CPU_NUM_DEVICES"] = "1"
+    os.environ["XLA_NO_SPECIAL_SCALARS"] = "1"  # as env/cpu.yaml: read when torch_xla is imported
     import torch_xla
 
     return torch_xla.device()

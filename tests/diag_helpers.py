@@ -33,7 +33,7 @@ def run_steps(device, batches: list, config: DiagnosticsConfig | None = None, lo
         opt.step()
         opt.zero_grad(set_to_none=True)
         if step % log_every == 0:
-            reporter.schedule(loss.detach(), step, 1)
+            reporter.schedule({"loss": loss.detach()}, {}, step, 1)
         torch_xla.sync()
         diag.after_step(step, is_logging_step=step % log_every == 0)
     reporter.drain()

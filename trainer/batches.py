@@ -70,7 +70,7 @@ def pad_batch(batch: Any, size: int, full_size: int) -> Any:
 
 
 class FixedShapeBatches:
-    """Yields `(batch, mask)` with every batch at `full_size` rows.
+    """Yields `(batch, mask)` with every batch at `full_size` rows (mask on the host).
 
     `full_size` is the loader's batch size (or its first batch's size). With
     `last_batch="drop"` a short batch is skipped instead of padded.
@@ -87,14 +87,30 @@ class FixedShapeBatches:
             n -= 1
         return n
 
-    def _ragged_tail(self) -> bool:
+    def _total(self) -> int | None:
+        """Samples per epoch (this process's share), or None when the loader cannot say."""
         dataset = getattr(self.loader, "dataset", None)
         sampler = getattr(self.loader, "sampler", None)
         try:
-            total = len(sampler) if sampler is not None else len(dataset)
+            return len(sampler) if sampler is not None else len(dataset)
         except TypeError:
-            return False
-        return bool(self.full_size) and not getattr(self.loader, "drop_last", False) and total % self.full_size != 0
+            return None
+
+    def _ragged_tail(self) -> bool:
+        total = self._total()
+        return (total is not None and bool(self.full_size) and not getattr(self.loader, "drop_last", False)
+                and total % self.full_size != 0)
+
+    def rows_of(self, index: int) -> int:
+        """Real (unpadded) rows of batch `index` of an epoch, known before it is loaded.
+
+        Gradient accumulation weighs each batch of a window by it, so that a window's loss is
+        the mean over its real rows, exactly as one batch of the whole window would be.
+        """
+        total, full = self._total(), self.full_size
+        if total is None or not full:
+            return full or 0
+        return max(0, min(full, total - index * full))
 
     def __iter__(self):
         for batch in self.loader:

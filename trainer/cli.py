@@ -32,6 +32,10 @@ FLAG_KEYS = {
     "resume": "trainer.resume",
     "strategy": "parallel.strategy",
     "mesh": "parallel.mesh",
+    "max_steps": "trainer.max_steps",
+    "accumulate_grad_batches": "trainer.accumulate_grad_batches",
+    "gradient_clip_val": "trainer.gradient_clip_val",
+    "val_check_interval": "trainer.val_check_interval",
 }
 # ---- diagnostics (issue 10) flags; their own block for easy merges.
 DIAGNOSTIC_FLAG_KEYS = {
@@ -82,6 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", metavar="auto|PATH",
                        help="auto: continue from the newest valid checkpoint in --run-dir (fresh if none); "
                             "PATH: from that checkpoint file. Exit codes after SIGTERM/SIGINT: 143/130")
+    train.add_argument("--max-steps", type=int, help="stop after N optimizer steps (mid-epoch if need be), "
+                                                     "with a final checkpoint")
+    train.add_argument("--accumulate-grad-batches", "--accumulate", dest="accumulate_grad_batches", type=int,
+                       help="batches per optimizer step (gradient accumulation)")
+    train.add_argument("--gradient-clip-val", "--clip", dest="gradient_clip_val", type=float,
+                       help="clip the gradients' global norm to this (0: off); logs grad_norm")
+    train.add_argument("--val-check-interval", help="also validate every N optimizer steps (integer) or "
+                                                    "fraction of an epoch (0.25)")
     train.add_argument("--strategy", help="data (default: every device holds the whole model) or fsdp (parameters, "
                                           "gradients and optimizer state sharded over the mesh)")
     train.add_argument("--mesh", help="device mesh axis sizes, e.g. data:2,fsdp:4 (product = devices); default: one "
@@ -112,7 +124,7 @@ def job_overrides(args: argparse.Namespace) -> dict[str, Any]:
     for flag, key in FLAG_KEYS.items():
         value = getattr(args, flag, None)
         if value is not None:
-            overrides[key] = parse_scalar(value) if flag == "cores" else value
+            overrides[key] = parse_scalar(value) if flag in ("cores", "val_check_interval") else value
     if args.no_progress:
         overrides["trainer.progress_bar"] = False
     overrides.update(diagnostic_overrides(args))

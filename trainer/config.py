@@ -34,6 +34,17 @@ class TrainerConfig:
     """fp32, bf16 (mixed), bf16-true, or Lightning's 32/16/bf16-mixed/... spellings."""
     max_epochs: int = 15
     """Passes over the training data."""
+    max_steps: int = -1
+    """Stop after this many optimizer steps, mid-epoch if need be, with a final checkpoint (-1: no limit)."""
+    accumulate_grad_batches: int = 1
+    """Batches whose gradients are summed before one optimizer step (a window's loss is the mean over
+    its real rows, as one batch of the whole window would give). Steps, schedules, logs and checkpoints
+    count optimizer steps."""
+    gradient_clip_val: float = 0.0
+    """Clip the gradients' global L2 norm to this (0: off); the norm is logged as grad_norm."""
+    val_check_interval: Any = 1.0
+    """Validate every N optimizer steps (an integer) or every fraction of an epoch (a float in (0, 1]);
+    1.0: at each epoch's end only. The epoch's end always validates."""
     seed: int = 0
     """Seeds Python, NumPy, torch and the XLA generator, and the default shuffle order."""
     log_every_n_steps: int = 10
@@ -45,7 +56,9 @@ class TrainerConfig:
     prefetch_batches: int = 2
     """Batches copied to the device ahead of the step that uses them (overlaps compute)."""
     run_dir: str = ""
-    """Where outputs go; empty means runs/<time>-<job name>. Must not already hold a run, unless resuming it."""
+    """Where outputs go; empty means RUNS_ROOT/<time>-<job name>. Must not already hold a run, unless resuming it."""
+    runs_root: str = "runs"
+    """Where a run without run_dir gets its directory (Lightning's default_root_dir)."""
     env_profile: str = "auto"
     """Runtime environment profile from env/: cpu, tpu-vm, ...; auto picks tpu-vm on a TPU host."""
     resume: str = ""
@@ -55,6 +68,16 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "precision", canonical_precision(self.precision, "trainer.precision"))
         _require(self.max_epochs >= 1, "trainer.max_epochs", self.max_epochs, "an integer >= 1")
+        _require(self.max_steps == -1 or self.max_steps >= 1, "trainer.max_steps", self.max_steps,
+                 "an integer >= 1, or -1 for no limit")
+        _require(type(self.accumulate_grad_batches) is int and self.accumulate_grad_batches >= 1,
+                 "trainer.accumulate_grad_batches", self.accumulate_grad_batches, "an integer >= 1")
+        _require(isinstance(self.gradient_clip_val, (int, float)) and self.gradient_clip_val >= 0,
+                 "trainer.gradient_clip_val", self.gradient_clip_val, "a number >= 0 (0 turns clipping off)")
+        interval = self.val_check_interval
+        _require((type(interval) is int and interval >= 1) or (type(interval) is float and 0 < interval <= 1),
+                 "trainer.val_check_interval", interval,
+                 "an integer >= 1 (every N optimizer steps) or a float in (0, 1] (a fraction of an epoch)")
         _require(
             self.log_every_n_steps >= 1, "trainer.log_every_n_steps", self.log_every_n_steps,
             "an integer >= 1",

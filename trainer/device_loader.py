@@ -51,8 +51,20 @@ class BatchTransfer:
         return map_tensors(host, lambda _: next(it))
 
 
+class DeviceBatch(tuple):
+    """`(device_batch, device_mask)`, plus `rows`: how many rows are real, known on the host
+    (so the loop never reads the mask back from the device to learn it)."""
+
+    rows: int
+
+    def __new__(cls, pair: tuple, rows: int) -> "DeviceBatch":
+        item = super().__new__(cls, pair)
+        item.rows = rows
+        return item
+
+
 class DeviceLoader:
-    """Iterates `(device_batch, device_mask)` while a thread prepares the next ones.
+    """Iterates `DeviceBatch`es `(device_batch, device_mask)` while a thread prepares the next ones.
 
     `prefetch` bounds how many batches wait on the device (memory); errors raised while
     loading (a bad type, a failing dataset) are re-raised in the training loop.
@@ -80,7 +92,7 @@ class DeviceLoader:
         def produce() -> None:
             try:
                 for batch, mask in self.batches:
-                    if not put(self.transfer((batch, mask))):
+                    if not put(DeviceBatch(self.transfer((batch, mask)), int(mask.sum()))):
                         return
                 put(_DONE)
             except BaseException as exc:  # surfaced in the consumer, with its traceback

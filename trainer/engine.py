@@ -12,31 +12,31 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from trainer.config import DiagnosticsConfig, JobConfig, ParallelConfig, TrainerConfig
+from trainer.config import JobConfig, TrainerConfig
 from trainer.runtime import RuntimePlan, apply_environment, plan_runtime, start_xla
 from trainer.spelling import Spelling
-
-_PARALLEL_KEYS = {f.name for f in dataclasses.fields(ParallelConfig)}
-_DIAGNOSTICS_KEYS = {f.name for f in dataclasses.fields(DiagnosticsConfig)}
+from trainer.trainer_options import split_options
 
 
 class Trainer:
     def __init__(self, devices: Any = 1, precision: str = "fp32", max_epochs: int = 15, *,
                  job: JobConfig | None = None, spelling: Spelling = Spelling("python"), **options: Any):
-        """Keyword options are the fields of `TrainerConfig` (seed, log_every_n_steps, ...), of
-        `ParallelConfig` (strategy, mesh, fsdp_wrap, activation_checkpointing) and of
-        `DiagnosticsConfig` (debug, strict_compile, profile_steps, compile_cache, ...).
+        """Keyword options are the fields of the job's config sections: `TrainerConfig` (seed,
+        max_steps, accumulate_grad_batches, gradient_clip_val, ...), `ParallelConfig` (strategy,
+        mesh, ...), `DiagnosticsConfig` (debug, strict_compile, ...) and `CheckpointConfig`
+        (every_n_steps, every_n_epochs, keep_last), plus Lightning's spellings of what we support
+        (accelerator, enable_progress_bar, default_root_dir; `trainer.trainer_options`).
 
         Raises UserError for bad values before any XLA work, quoting them as `spelling` says
         the user wrote them (Python keywords here; the CLI passes its flags' spelling).
         """
-        parallel = {k: options.pop(k) for k in list(options) if k in _PARALLEL_KEYS}
-        diagnostics = {k: options.pop(k) for k in list(options) if k in _DIAGNOSTICS_KEYS}
-        self.config = TrainerConfig(devices=devices, precision=precision, max_epochs=max_epochs, **options)
+        sections = split_options(options)
+        self.config = TrainerConfig(devices=devices, precision=precision, max_epochs=max_epochs, **sections["trainer"])
         job = job or JobConfig()
-        self.job = dataclasses.replace(job, trainer=self.config,
-                                       parallel=dataclasses.replace(job.parallel, **parallel),
-                                       diagnostics=dataclasses.replace(job.diagnostics, **diagnostics))
+        self.job = dataclasses.replace(
+            job, trainer=self.config,
+            **{name: dataclasses.replace(getattr(job, name), **values) for name, values in sections.items()
+               if name != "trainer" and values})
         self.plan: RuntimePlan = plan_runtime(self.config.devices, self.config.env_profile,
                                               self.job.parallel.strategy, self.job.parallel.mesh, spelling)
 

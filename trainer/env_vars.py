@@ -22,6 +22,7 @@ XRT_TPU_CONFIG = "XRT_TPU_CONFIG"
 TPU_IP_ADDRESS = "TPU_IP_ADDRESS"  # a TPU node's IP, interpolated into XRT_TPU_CONFIG.
 
 # XLA behaviour and debugging.
+XLA_NO_SPECIAL_SCALARS = "XLA_NO_SPECIAL_SCALARS"  # 1: 0.0 and 1.0 reach graphs as data, not constants
 XLA_USE_BF16 = "XLA_USE_BF16"  # torch_xla's global "every float is bf16" switch.
 XLA_FLAGS = "XLA_FLAGS"
 PT_XLA_DEBUG_LEVEL = "PT_XLA_DEBUG_LEVEL"  # 1 prints each compilation's cause; 2 also each unexpected execution.

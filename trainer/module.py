@@ -2,15 +2,21 @@
 
 A module is an `nn.Module` with three methods and optional hooks:
 
-- `training_step(batch, batch_idx)` returns the loss: per-sample losses of shape [B]
-  (e.g. `F.cross_entropy(..., reduction="none")`) let the engine mask the padded rows of a
-  ragged last batch exactly; a scalar works too (padded rows then count in it).
+- `training_step(batch, batch_idx)` returns the loss (or Lightning's `{"loss": loss, ...}`):
+  per-sample losses of shape [B] (e.g. `F.cross_entropy(..., reduction="none")`) let the
+  engine mask the padded rows of a ragged last batch exactly; a scalar works too (padded
+  rows then count in it, and the engine warns when that happens).
+- `self.log(name, value, prog_bar=False)` / `self.log_dict({...})` in either step: tensors
+  stay on the device and are read only at logging steps and the epoch's end; they appear
+  in steps.csv (per logged step), metrics.csv (epoch means), TensorBoard and, with
+  prog_bar, the progress bar.
 - `validation_step(batch, batch_idx)` returns a dict of per-sample tensors ([B]) or
   scalars, e.g. `{"loss": losses, "accuracy": (pred == y).float()}`; the engine averages
   them over the real rows of the whole validation set, on the device.
 - `configure_optimizers()` returns an optimizer, `(optimizer, scheduler)`, or Lightning's
-  `{"optimizer": ..., "lr_scheduler": ...}`. It is called after the move to the device,
-  so it sees the device parameters; schedulers step once per epoch.
+  `{"optimizer": ..., "lr_scheduler": {"scheduler": s, "interval": "step"}}`. It is called
+  after the move to the device, so it sees the device parameters; a scheduler steps per
+  epoch unless its dict says `"interval": "step"` (`trainer.schedules`).
 
 Data: hand `DataLoader`s to `Trainer.fit`, or define `train_dataloader()` and
 `val_dataloader()` (required when the job is started from the CLI).
@@ -24,6 +30,20 @@ from torch import nn
 
 
 class TrainModule(nn.Module):
+    def log(self, name: str, value: Any, prog_bar: bool = False, **lightning_options: Any) -> None:
+        """Record a metric from training_step or validation_step (Lightning's `self.log`)."""
+        logs = self.__dict__.get("_tpu_trainer_logs")
+        if logs is None:
+            from trainer.errors import UserError
+
+            raise UserError(f"self.log({name!r}, ...) was called outside a fit: it records values from "
+                            "training_step and validation_step while Trainer.fit runs.")
+        logs.record(name, value, prog_bar, lightning_options)
+
+    def log_dict(self, values: Mapping[str, Any], prog_bar: bool = False, **lightning_options: Any) -> None:
+        for name, value in values.items():
+            self.log(name, value, prog_bar, **lightning_options)
+
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         raise NotImplementedError("a TrainModule must define training_step(batch, batch_idx) returning the loss")
 

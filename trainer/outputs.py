@@ -2,7 +2,8 @@
 
     RUN_DIR/config.yaml     the fully resolved job config, written before training
     RUN_DIR/metrics.csv     one row per epoch: losses, validation metrics, compiles, speed
-    RUN_DIR/steps.csv       one row per logged step: the loss read asynchronously
+    RUN_DIR/steps.csv       one row per logged step: loss, lr, grad_norm, self.log values (read asynchronously)
+    RUN_DIR/val_steps.csv   validations inside an epoch (trainer.val_check_interval), by global step
     RUN_DIR/tb/             TensorBoard events (the same numbers)
     RUN_DIR/manifest.json   what produced the run: versions, image, git, environment, resumes
     RUN_DIR/checkpoints/    periodic checkpoints, final.ckpt, and their manifest.json
@@ -26,6 +27,7 @@ is created on first use, and the plot uses matplotlib's Agg canvas without pyplo
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import threading
 from pathlib import Path
@@ -36,16 +38,18 @@ import yaml
 from trainer.atomic_files import write_json_atomic, write_text_atomic
 from trainer.errors import UserError
 
+log = logging.getLogger(__name__)
+
 _EPOCH_FIELDS = ("epoch", "global_step", "train_loss", "compiles", "epoch_seconds", "samples_per_second")
 
 
-def default_run_dir(configured: str, job_name: str) -> Path:
-    """`configured`, or runs/<time>-<job name> for a run that names none."""
+def default_run_dir(configured: str, job_name: str, root: str = "runs") -> Path:
+    """`configured`, or ROOT/<time>-<job name> for a run that names none."""
     if configured:
         return Path(configured)
     from datetime import datetime
 
-    return Path("runs") / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{job_name}"
+    return Path(root) / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{job_name}"
 
 
 def prepare_run_dir(path: Path, resuming: bool = False) -> Path:
@@ -69,20 +73,21 @@ class RunOutputs:
         self._tb_writer = None
         self._steps_file = None
         self._steps = None
+        self._step_fields: list[str] | None = None  # fixed by the first logged step (or the resumed file)
+        self._unlisted: set[str] = set()
         self._imports: threading.Thread | None = None
         if path is not None:
             self._imports = threading.Thread(target=_import_writers, name="outputs-imports", daemon=True)
             self._imports.start()
             if resume_step is None:
                 self._steps_file = open(path / "steps.csv", "w", newline="")
-                self._steps = csv.writer(self._steps_file)
-                self._steps.writerow(["global_step", "epoch", "loss"])
             else:
                 self._epoch_rows = _kept_rows(path / "metrics.csv", "epoch", completed_epochs)
-                kept = _kept_rows(path / "steps.csv", "global_step", resume_step)
-                write_text_atomic(_csv_text(["global_step", "epoch", "loss"], kept), path / "steps.csv")
+                self._step_fields = _header(path / "steps.csv")
+                if self._step_fields:  # rows a killed run logged after the checkpoint will be redone
+                    kept = _kept_rows(path / "steps.csv", "global_step", resume_step)
+                    write_text_atomic(_csv_text(self._step_fields, kept), path / "steps.csv")
                 self._steps_file = open(path / "steps.csv", "a", newline="")
-                self._steps = csv.writer(self._steps_file)
 
     @property
     def _tb(self) -> Any:
@@ -106,13 +111,44 @@ class RunOutputs:
         if self.enabled:
             write_text_atomic(yaml.safe_dump(dict(resolved), sort_keys=False), self.path / "config.yaml")
 
-    def log_step(self, global_step: int, epoch: int, loss: float) -> None:
-        """Called from the asynchronous step closure thread."""
+    def log_step(self, global_step: int, epoch: int, values: Mapping[str, float]) -> None:
+        """One logged step's values (loss, lr, grad_norm, self.log's); from the step closure thread."""
         if not self.enabled:
             return
         with self._lock:
-            self._steps.writerow([global_step, epoch, repr(loss)])
-            self._tb.add_scalar("train/loss", loss, global_step)
+            if self._step_fields is None:
+                self._step_fields = ["global_step", "epoch", "loss"] + sorted(k for k in values if k != "loss")
+            if self._steps is None:
+                self._steps = csv.DictWriter(self._steps_file, self._step_fields, extrasaction="ignore")
+                if self._steps_file.tell() == 0:
+                    self._steps.writeheader()
+            late = set(values) - set(self._step_fields) - self._unlisted
+            if late:
+                self._unlisted |= late
+                log.warning("steps.csv's columns were fixed by the first logged step; %s appeared later and goes "
+                            "to TensorBoard only. Log it from the first step on to have it in the file.",
+                            ", ".join(sorted(late)))
+            # exact reprs: a resumed run's file must compare bitwise with an uninterrupted one's
+            self._steps.writerow({"global_step": global_step, "epoch": epoch,
+                                  **{k: repr(v) if isinstance(v, float) else v for k, v in values.items()}})
+            for name, value in values.items():
+                self._tb.add_scalar(f"train/{name}", value, global_step)
+
+    def log_validation(self, global_step: int, epoch: int, metrics: Mapping[str, float]) -> None:
+        """A validation inside an epoch: val_steps.csv and TensorBoard at that step."""
+        if not self.enabled or not metrics:
+            return
+        with self._lock:
+            path = self.path / "val_steps.csv"
+            fields = ["global_step", "epoch", *sorted(metrics)]
+            new = not path.exists()
+            with open(path, "a", newline="") as f:
+                writer = csv.DictWriter(f, fields, extrasaction="ignore")
+                if new:
+                    writer.writeheader()
+                writer.writerow({"global_step": global_step, "epoch": epoch, **metrics})
+            for name, value in metrics.items():
+                self._tb.add_scalar(f"val_step/{name}", value, global_step)
 
     def log_epoch(self, row: Mapping[str, Any]) -> None:
         self._epoch_rows.append(dict(row))
@@ -187,6 +223,13 @@ def _import_writers() -> None:
         from matplotlib import figure  # noqa: F401
     except Exception:  # the real import, at first use, raises with its own message
         pass
+
+
+def _header(path: Path) -> list[str] | None:
+    if not path.exists():
+        return None
+    with open(path, newline="") as f:
+        return next(csv.reader(f), None)
 
 
 def _kept_rows(path: Path, key: str, upto: int) -> list[dict[str, Any]]:

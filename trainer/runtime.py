@@ -99,11 +99,18 @@ def plan_runtime(devices: Any, profile_name: str = "auto", strategy: str = DATA_
 
 def apply_environment(plan: RuntimePlan, extra: Mapping[str, str] | None = None) -> None:
     """Export the profile's variables and `extra` (before torch_xla reads them); say what we override."""
+    late = []
     for key, value in {**plan.env, **(extra or {})}.items():
         current = os.environ.get(key)
         if current is not None and current != value:
             log.warning("profile %s sets %s=%s (it was %s)", plan.profile.name, key, value, current)
+        if current != value and "torch_xla" in sys.modules:
+            late.append(f"{key}={value}")
         os.environ[key] = value
+    if late:
+        log.warning("torch_xla was imported before the engine set %s; variables XLA reads at import may not "
+                    "apply. Fix: import torch_xla after creating the Trainer, or export them first "
+                    "(eval \"$(tpu-trainer env --profile %s)\").", ", ".join(late), plan.profile.name)
 
 
 @dataclass

@@ -32,7 +32,7 @@ from trainer.config import JobConfig
 from trainer.env_vars import PJRT_DEVICE
 from trainer.device_loader import BatchTransfer, DeviceLoader
 from trainer.errors import UserError
-from trainer.loop import DeviceAccumulators, EpochLoop, StepReporter, epoch_metrics
+from trainer.loop import DeviceAccumulators, EpochLoop, StepReporter
 from trainer.model_setup import move_module, repoint_optimizer
 from trainer.outputs import RunOutputs, default_run_dir, prepare_run_dir
 from trainer.parallel.sharding import prepare_module, shard_gradients
@@ -40,6 +40,7 @@ from trainer.precision import Precision
 from trainer.preemption import StopRequest, TrainingInterrupted
 from trainer.progress import Progress
 from trainer.run_manifest import record_resume, resolved_config, write_run_manifest
+from trainer.schedules import optimizers
 from trainer.sampling import shard_loader
 from trainer.seeding import seed_device, seed_everything
 
@@ -80,6 +81,8 @@ class FitSession:
                     raise TrainingInterrupted(self.stop.signum, None)
                 for epoch in self.progress.epochs():
                     self._run_epoch(epoch)
+                    if self.progress.done:
+                        break
                 result = self._finish()
                 finished = True
                 return result
@@ -91,7 +94,7 @@ class FitSession:
     # ------------------------------------------------------------------ set-up
     def _open_outputs(self) -> None:
         cfg, job = self.config, self.job.to_dict()
-        run_dir = run_dir_for(cfg.resume, cfg.run_dir) or default_run_dir(cfg.run_dir, self.job.name)
+        run_dir = run_dir_for(cfg.resume, cfg.run_dir) or default_run_dir(cfg.run_dir, self.job.name, cfg.runs_root)
         self.resumed = find_resume(cfg.resume, run_dir)
         if not self.runtime.is_global_zero:
             return
@@ -124,7 +127,8 @@ class FitSession:
         module = self.precision.convert_module(module)
         moved = move_module(module, rt.device)
         prepare_module(module, self.plan.parallel, rt.mesh, parallel.fsdp_wrap, parallel.activation_checkpointing)
-        optimizer, scheduler = _optimizers(module.configure_optimizers())
+        schedule = optimizers(module.configure_optimizers())
+        optimizer, scheduler = schedule.optimizer, schedule.scheduler
         repoint_optimizer(optimizer, moved)
         train_loader = train_loader if train_loader is not None else module.train_dataloader()
         val_loader = val_loader if val_loader is not None else module.val_dataloader()
@@ -135,19 +139,23 @@ class FitSession:
         self.state = TrainState(module, optimizer, scheduler, accumulators)
         self.reporter = StepReporter(self.outputs.log_step)
         fully_sharded = self.plan.parallel.fully_sharded
-        self.loop = EpochLoop(module, optimizer, self.precision, self.reporter, accumulators,
-                              samples_per_step=(self.train.batches.full_size or 0) * rt.process_count,
+        samples = (self.train.batches.full_size or 0) * rt.process_count * cfg.accumulate_grad_batches
+        self.loop = EpochLoop(module, optimizer, self.precision, self.reporter, accumulators, samples, schedule,
+                              gradient_clip_val=cfg.gradient_clip_val,
                               after_backward=(lambda: shard_gradients(module)) if fully_sharded else (lambda: None),
                               diagnostics=self.diagnostics)
-        self.checkpointer = Checkpointer(self.job.checkpoint, self.store, self.job.to_dict(), rt, cfg.max_epochs,
-                                         sharded=fully_sharded)
+        self.schedule = schedule
+        self.checkpointer = Checkpointer(self.job.checkpoint, self.store, self.job.to_dict(), rt, sharded=fully_sharded)
         self.generators = loader_generators(self.train.batches.loader)
-        self.progress = Progress(cfg.max_epochs, cfg.log_every_n_steps)
+        self.progress = Progress(cfg.max_epochs, cfg.log_every_n_steps, cfg.accumulate_grad_batches, cfg.max_steps,
+                                 _validation_every(cfg.val_check_interval, len(self.train), cfg.accumulate_grad_batches)
+                                 if self.val is not None else 0)
         if self.resumed is not None:
             saved = self.resumed.state
             restore_training_state(self.resumed, self.state, rt, sharded=fully_sharded)
-            self.progress = Progress.resumed(cfg.max_epochs, cfg.log_every_n_steps, saved["position"]["epoch"],
-                                             saved["position"]["batch"], saved["global_step"])
+            schedule.take_over_weight_decay()  # the restored groups carry the optimizer's own weight decay
+            self.progress = self.progress.resumed(saved["position"]["epoch"], saved["position"]["batch"],
+                                                  saved["global_step"])
         module.on_fit_start()
 
     def _device_loader(self, loader: Any) -> DeviceLoader:
@@ -165,68 +173,81 @@ class FitSession:
     # ------------------------------------------------------------------ epochs
     def _run_epoch(self, epoch: int) -> None:
         cfg, progress, state = self.config, self.progress, self.state
-        skip = progress.start_epoch(epoch)
+        epoch_len = len(self.train)  # once per epoch, not in the per-step callback
+        skip = progress.start_epoch(epoch, epoch_len)
         resuming = self.resumed is not None and epoch == progress.first_epoch
         _set_sampler_epoch(self.train.batches.loader, epoch)
         if resuming:  # the epoch's shuffle and host RNG as they were when it started
             restore_host_rng(self.resumed.state["epoch_start_rng"], self.generators)
         self.epoch_rng = capture_host_rng(self.generators)
         state.module.on_train_epoch_start(epoch)
-        epoch_len = len(self.train)  # once per epoch, not in the per-step callback
         train = DeviceLoader(SkipBatches(self.train.batches, skip), self.train.transfer, self.train.prefetch) \
             if skip else self.train
         if resuming:
             restore_xla_rng(self.resumed.state, self.runtime.device)  # after every set-up sync, right before the first step
 
         start, compiles_before, steps_before = time.perf_counter(), backend.compile_count(), progress.global_step
-        with tqdm(total=epoch_len, initial=skip, desc=f"epoch {epoch}/{cfg.max_epochs}", unit="step",
+        with tqdm(total=epoch_len, initial=skip, desc=f"epoch {epoch}/{cfg.max_epochs}", unit="batch",
                   disable=not (cfg.progress_bar and self.runtime.is_global_zero), leave=False, dynamic_ncols=True) as bar:
-            self.loop.train_epoch(train, progress, bar, lambda: self._after_step(epoch_len))
-        if self.val is not None:
-            self.loop.validate(self.val)
-        sums = state.accumulators.read_and_reset()  # the epoch's one host read
-        sums["train_steps"] = progress.global_step - steps_before + skip
-        if state.scheduler is not None:
-            state.scheduler.step()
+            self.loop.train_epoch(train, progress, bar, self.train.batches.rows_of, self._after_step)
+        stopped_early = progress.batch < epoch_len  # max_steps reached mid-epoch
+        validation = self._validate() if self.val is not None else {}
+        training = self.loop.read_training(progress.global_step - steps_before + skip // progress.accumulate)
+        self.metrics = {**training, **validation}
+        self.schedule.after_epoch(epoch, self.metrics)
         seconds = time.perf_counter() - start
-        self.metrics = epoch_metrics(sums)
         self.compiles.append(backend.compile_count() - compiles_before)
         row = {"epoch": epoch, "global_step": progress.global_step, **self.metrics, "compiles": self.compiles[-1],
                "epoch_seconds": round(seconds, 3),
                "samples_per_second": round((progress.global_step - steps_before) * self.loop.samples_per_step / seconds, 1),
                **self.diagnostics.epoch_end()}
         self.outputs.log_epoch(row)
-        state.module.on_validation_epoch_end(epoch, {k: v for k, v in self.metrics.items() if k.startswith("val_")})
+        state.module.on_validation_epoch_end(epoch, validation)
         log.info("epoch %d/%d: %s", epoch, cfg.max_epochs, _format(row))
-        progress.end_epoch()
-        if epoch == cfg.max_epochs:
+        last = epoch == cfg.max_epochs or progress.done
+        if not stopped_early:
+            progress.end_epoch()
+        if last:
             state.module.on_fit_end()  # before the final checkpoint, as documented
-        if self.stop.requested or self.checkpointer.due_after_epoch(epoch):
-            path = self._save(capture_host_rng(self.generators), "preempted" if self.stop.requested else "epoch")
+        if self.stop.requested or last or self.checkpointer.due_after_epoch(epoch):
+            path = self._save(capture_host_rng(self.generators) if not stopped_early else self.epoch_rng,
+                              "preempted" if self.stop.requested else ("final" if last else "epoch"), final=last)
             if self.stop.requested:
                 raise TrainingInterrupted(self.stop.signum, path)
 
-    def _after_step(self, epoch_len: int) -> None:
-        """At a step boundary (after the sync): the only place to stop or save mid-epoch."""
+    def _validate(self) -> dict[str, float]:
+        self.loop.validate(self.val)
+        return self.loop.read_validation()  # one host read
+
+    def _after_step(self) -> None:
+        """After an optimizer step's sync: the only place to stop, save or validate mid-epoch."""
+        progress = self.progress
         if self.stop.requested:
             raise TrainingInterrupted(self.stop.signum, self._save(self.epoch_rng, "preempted"))
-        if self.checkpointer.due_after_step(self.progress.global_step, self.progress.batch, epoch_len):
+        if progress.validation_due:
+            metrics = self._validate()
+            self.outputs.log_validation(progress.global_step, progress.epoch, metrics)
+            log.info("step %d: %s", progress.global_step, _format(metrics))
+            self.state.module.train()
+        if self.checkpointer.due_after_step(progress.global_step, progress.batch, progress.epoch_len) \
+                and not progress.done:  # the epoch's end saves the final one
             self._save(self.epoch_rng, "every_n_steps")
 
-    def _save(self, epoch_rng: dict, reason: str) -> Path | None:
+    def _save(self, epoch_rng: dict, reason: str, final: bool = False) -> Path | None:
         self.reporter.drain()  # steps.csv must hold every step the checkpoint claims
         self.outputs.flush_steps()
         return self.checkpointer.save(self.state, global_step=self.progress.global_step,
-                                      position=self.progress.position, epoch_start_rng=epoch_rng, reason=reason)
+                                      position=self.progress.position, epoch_start_rng=epoch_rng, reason=reason,
+                                      final=final)
 
     # ------------------------------------------------------------------ finish
     def _finish(self) -> FitResult:
         if self.reporter.non_finite_steps:
             log.warning("the loss was NaN/inf at logged steps %s", self.reporter.non_finite_steps[:10])
         metrics = self.metrics
-        if self.progress.first_epoch > self.config.max_epochs:
-            log.info("the checkpoint already completed %d epoch(s); nothing to train (raise --max-epochs to continue)",
-                     self.progress.first_epoch - 1)
+        if not self.compiles:  # a checkpoint already finished the run
+            log.info("the checkpoint already completed %d epoch(s) and %d step(s); nothing to train (raise "
+                     "--max-epochs or --max-steps to continue)", self.progress.first_epoch - 1, self.progress.global_step)
             metrics = {k: v for k, v in (self.outputs.history or [{}])[-1].items() if k.endswith(("loss", "accuracy"))}
         result = FitResult(metrics=metrics, history=self.outputs.history, run_dir=self.run_dir,
                            compiles_per_epoch=self.compiles)
@@ -271,21 +292,12 @@ def _warn_config_changes(saved: dict, now: dict, allowed: tuple = ("max_epochs",
                     "uninterrupted run): %s", "; ".join(changed))
 
 
-def _optimizers(configured: Any) -> tuple[torch.optim.Optimizer, Any]:
-    """Accept an optimizer, (optimizer, scheduler), or Lightning's dict form."""
-    if isinstance(configured, torch.optim.Optimizer):
-        return configured, None
-    if isinstance(configured, dict) and "optimizer" in configured:
-        scheduler = configured.get("lr_scheduler")
-        if isinstance(scheduler, dict):
-            scheduler = scheduler.get("scheduler")
-        return configured["optimizer"], scheduler
-    if isinstance(configured, (tuple, list)) and len(configured) == 2 and isinstance(configured[0], torch.optim.Optimizer):
-        return configured[0], configured[1]
-    raise TypeError(
-        "configure_optimizers() must return an optimizer, (optimizer, lr_scheduler), or "
-        f"{{'optimizer': ..., 'lr_scheduler': ...}}; it returned {type(configured).__name__}."
-    )
+def _validation_every(interval: Any, epoch_batches: int, accumulate: int) -> int:
+    """val_check_interval as optimizer steps between mid-epoch validations (0: epoch end only)."""
+    if isinstance(interval, float):
+        steps = -(-epoch_batches // accumulate)
+        return 0 if interval >= 1.0 else max(1, round(interval * steps))
+    return interval
 
 
 def _set_sampler_epoch(loader: Any, epoch: int) -> None:

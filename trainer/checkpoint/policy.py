@@ -83,11 +83,10 @@ def run_dir_for(resume: str, configured: str) -> Path | None:
 class Checkpointer:
     """Saves checkpoints of one fit at the moments the config asks for."""
 
-    def __init__(self, config: Any, store: CheckpointStore | None, job: dict, runtime: Any, max_epochs: int,
-                 sharded: bool = False):
+    def __init__(self, config: Any, store: CheckpointStore | None, job: dict, runtime: Any, sharded: bool = False):
         """`sharded`: the model is sharded (FSDP), so checkpoints are directories of shards."""
         self.config, self.store, self.job, self.runtime = config, store, job, runtime
-        self.max_epochs, self.sharded = max_epochs, sharded
+        self.sharded = sharded
         self.last_saved: tuple[int, int] | None = None  # (global_step, position epoch)
         self.last_path: Path | None = None
         if sharded and runtime.process_count > 1:
@@ -104,11 +103,14 @@ class Checkpointer:
 
     def due_after_epoch(self, epoch: int) -> bool:
         n = self.config.every_n_epochs
-        return epoch == self.max_epochs or (bool(n) and epoch % n == 0)
+        return bool(n) and epoch % n == 0
 
     def save(self, state: TrainState, *, global_step: int, position: tuple[int, int], epoch_start_rng: dict,
-             reason: str) -> Path | None:
-        """Capture the device state (every process) and write it (the writing process only)."""
+             reason: str, final: bool = False) -> Path | None:
+        """Capture the device state (every process) and write it (the writing process only).
+
+        `final`: the fit's last checkpoint (after the last epoch or at max_steps): final.ckpt.
+        """
         epoch, batch = position
         if self.last_saved == (global_step, epoch):
             return self.last_path  # this exact state is already committed (e.g. SIGTERM right after a save)
@@ -118,7 +120,6 @@ class Checkpointer:
         self.last_saved = (global_step, epoch)
         if self.store is None:
             return None
-        final = batch == 0 and epoch == self.max_epochs + 1
         meta = {"global_step": global_step, "epoch": epoch - 1, "position": {"epoch": epoch, "batch": batch},
                 "reason": reason}
         if self.sharded:

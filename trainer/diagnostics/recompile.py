@@ -56,7 +56,8 @@ class RecompileGuard:
 
     The first `warmup_steps` steps may compile (the step graph, then the same step with
     the optimizer's state in it). After that, a compilation returns a warning message,
-    or raises `UserError` when `strict`.
+    or raises `UserError` when `strict`. Steps are optimizer steps: with gradient
+    accumulation the batches of one window share a step number (and its warm-up).
     """
 
     def __init__(self, warmup_steps: int = 3, strict: bool = False):
@@ -65,9 +66,11 @@ class RecompileGuard:
         self.seen: set[Signature] = set()
         self.events: list[dict] = []
         self._steps = 0
+        self._last_step: int | None = None
 
     def observe(self, step: int, signature: Signature, compiled: int, cause: Sequence[str] = ()) -> str | None:
-        self._steps += 1
+        if step != self._last_step:
+            self._steps, self._last_step = self._steps + 1, step
         previous, self.previous = self.previous, signature
         new_signature = signature not in self.seen
         self.seen.add(signature)

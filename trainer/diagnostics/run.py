@@ -98,7 +98,9 @@ class RunDiagnostics:
         if self.profiler is not None:
             self.profiler.before_step(step)
 
-    def after_step(self, step: int, is_logging_step: bool) -> None:
+    def after_step(self, step: int, is_logging_step: bool, engine_reads: int = 1) -> None:
+        """`engine_reads`: the `.item()` reads the engine's logging closure makes for a logging step."""
+        self.reads.reads_per_logging_step = engine_reads
         before, now = self._counts, self._read_counts()
         self._counts = now
         if self.profiler is not None:

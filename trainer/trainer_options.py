@@ -1,0 +1,96 @@
+"""`Trainer(...)` keywords: ours, and Lightning's spellings for what we support.
+
+People arrive from Lightning with `Trainer(accelerator="tpu", devices=8, max_steps=1000,
+accumulate_grad_batches=4, gradient_clip_val=1.0, enable_progress_bar=False, ...)`.
+Each keyword lands in one config section; a Lightning option we do not support is named
+as such (never silently ignored), and a typo gets the nearest spelling. Imports no torch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+from typing import Any
+
+from trainer.config import CheckpointConfig, DiagnosticsConfig, ParallelConfig, TrainerConfig
+from trainer.errors import UserError
+from trainer.parallel.mesh import DATA_PARALLEL, FULLY_SHARDED
+
+log = logging.getLogger(__name__)
+
+SECTIONS = {
+    "trainer": {f.name for f in dataclasses.fields(TrainerConfig)},
+    "parallel": {f.name for f in dataclasses.fields(ParallelConfig)},
+    "diagnostics": {f.name for f in dataclasses.fields(DiagnosticsConfig)},
+    "checkpoint": {f.name for f in dataclasses.fields(CheckpointConfig)},
+}
+RENAMED = {  # Lightning's name -> ours
+    "enable_progress_bar": "progress_bar",
+    "default_root_dir": "runs_root",
+}
+ACCELERATORS = {"auto": "auto", "xla": "auto", "tpu": "tpu-vm"}
+LIGHTNING_STRATEGIES = {"auto": DATA_PARALLEL, "xla": DATA_PARALLEL, "ddp": DATA_PARALLEL,
+                        "xla_fsdp": FULLY_SHARDED, "fsdp": FULLY_SHARDED}
+UNSUPPORTED = {  # Lightning Trainer options tpu-trainer does not offer, with what to do instead
+    "callbacks": "override the TrainModule hooks (on_fit_start, on_train_epoch_start, ...) instead",
+    "logger": "metrics go to RUN_DIR/metrics.csv, steps.csv and TensorBoard (RUN_DIR/tb)",
+    "num_nodes": "multi-host runs are launched with `invoke pod`; each host runs the same command",
+    "gradient_clip_algorithm": "clipping is by global norm (gradient_clip_val)",
+    "limit_train_batches": "pass a smaller DataLoader (e.g. a Subset)",
+    "limit_val_batches": "pass a smaller DataLoader (e.g. a Subset)",
+    "fast_dev_run": "use max_steps=1",
+    "check_val_every_n_epoch": "use val_check_interval",
+    "num_sanity_val_steps": "validation runs at the end of each epoch (and every val_check_interval)",
+    "overfit_batches": "pass a DataLoader of the batches to overfit",
+    "min_epochs": "use max_epochs", "min_steps": "use max_steps", "max_time": "use max_steps",
+    "deterministic": "runs are deterministic by design: the same seed gives bitwise-equal losses",
+    "benchmark": "XLA compiles its own kernels", "profiler": "use profile_steps (--profile-steps)",
+    "detect_anomaly": "use debug=True (torch_xla's metrics and compile causes)",
+    "plugins": "precision, strategy and mesh are options", "sync_batchnorm": "not offered",
+    "reload_dataloaders_every_n_epochs": "not offered", "enable_checkpointing": "checkpoints are always on; "
+    "set every_n_epochs=0 and every_n_steps=0 to keep only final.ckpt", "enable_model_summary": "not offered",
+    "inference_mode": "validation runs under torch.no_grad", "use_distributed_sampler": "sharding across "
+    "hosts is automatic", "barebones": "not offered", "num_processes": "use devices", "tpu_cores": "use devices",
+    "gpus": "tpu-trainer trains on XLA devices (TPU, or CPU-emulated XLA)",
+}
+
+
+def split_options(options: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Sort Trainer keywords into config sections ({"trainer": {...}, "parallel": {...}, ...})."""
+    sections: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    for key, value in options.items():
+        if key == "accelerator":
+            sections["trainer"]["env_profile"] = _accelerator(value)
+            continue
+        if key == "strategy" and value in LIGHTNING_STRATEGIES:
+            if value != LIGHTNING_STRATEGIES[value]:
+                log.info("strategy=%r means strategy=%r here (SPMD on XLA)", value, LIGHTNING_STRATEGIES[value])
+            value = LIGHTNING_STRATEGIES[value]
+        if key == "gradient_clip_val" and value is None:
+            value = 0.0  # Lightning's default: no clipping
+        key = RENAMED.get(key, key)
+        section = next((name for name, keys in SECTIONS.items() if key in keys), None)
+        if section is None:
+            raise _unknown(key)
+        sections[section][key] = value
+    return sections
+
+
+def _accelerator(value: Any) -> str:
+    if value in ACCELERATORS:
+        return ACCELERATORS[value]
+    raise UserError(
+        f"accelerator={value!r} is not supported: tpu-trainer trains on XLA devices. Allowed: 'tpu' (a TPU host; "
+        "refused elsewhere), 'xla' or 'auto' (a TPU when the host has one, else CPU-emulated XLA). Fix: "
+        "Trainer(accelerator='auto')."
+    )
+
+
+def _unknown(key: str) -> UserError:
+    if key in UNSUPPORTED:
+        return UserError(f"Trainer({key}=...) is a Lightning option that tpu-trainer does not support: "
+                         f"{UNSUPPORTED[key]}. Fix: remove it.")
+    known = sorted({"accelerator", *RENAMED} | set().union(*SECTIONS.values()))
+    close = difflib.get_close_matches(key, known + sorted(UNSUPPORTED), n=1)
+    hint = f" Did you mean {close[0]}?" if close else ""
+    return UserError(f"Trainer() got an unknown option {key!r}.{hint} Options: {', '.join(known)}.")
