@@ -197,6 +197,7 @@ class FitSession:
         self.schedule.after_epoch(epoch, self.metrics)
         seconds = time.perf_counter() - start
         self.compiles.append(backend.compile_count() - compiles_before)
+        self.reporter.drain()  # every logging read has landed: the epoch's host-read count is exact
         row = {"epoch": epoch, "global_step": progress.global_step, **self.metrics, "compiles": self.compiles[-1],
                "epoch_seconds": round(seconds, 3),
                "samples_per_second": round((progress.global_step - steps_before) * self.loop.samples_per_step / seconds, 1),

@@ -145,7 +145,7 @@ class RunDiagnostics:
         now = xla_metrics.snapshot()
         delta, self._epoch_start = now - self._epoch_start, now
         steps = max(self._epoch["steps"], 1)
-        reads = self.reads.user_reads - self._epoch["reads_before"]
+        reads = max(0, self.reads.user_reads - self._epoch["reads_before"])
         row = {
             "compiles_after_warmup": self._epoch["compiles_after_warmup"],
             "host_transfers_per_step_outside_logging": round(reads / steps, 3),
