@@ -132,3 +132,23 @@ class GrowingSequences(DigitsClassifier):
 
     def val_dataloader(self):
         return None
+
+
+class SignalsItself(SlowDigits):
+    """SlowDigits that sends itself a real SIGTERM at one batch of one epoch, so a test can place a
+    preemption exactly (e.g. in the middle of a gradient-accumulation window)."""
+
+    def __init__(self, signal_epoch: int = 0, signal_batch: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.signal_epoch, self.signal_batch, self.epoch = signal_epoch, signal_batch, 0
+
+    def on_train_epoch_start(self, epoch):
+        self.epoch = epoch
+
+    def training_step(self, batch, batch_idx):
+        if (self.epoch, batch_idx) == (self.signal_epoch, self.signal_batch):
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().training_step(batch, batch_idx)

@@ -158,3 +158,22 @@ def test_resume_is_exact_on_8_devices_and_in_bf16(tmp_path, cores, precision, si
     assert run(train_argv(cut, *PAUSE, *extra, "--resume", "auto"), tmp_path / "resumed.log") == 0, \
         text(tmp_path / "resumed.log")[-3000:]
     assert steps(cut) == steps(ref) and len(steps(ref)) == 69
+
+
+def test_resume_is_exact_after_a_sigterm_in_the_middle_of_an_accumulation_window(tmp_path):
+    """Batches of 16, 4 per optimizer step: the signal arrives at batch 41 of epoch 2 (the second of
+    its window); the run finishes the window, saves at its boundary (batch 44), and resumes exactly."""
+    module = "tests.helpers_modules:SignalsItself"
+    args = ("--accumulate-grad-batches", "4", "--set", "module_args.batch_size=16")
+    ref, cut = tmp_path / "reference", tmp_path / "interrupted"
+    assert run(train_argv(ref, *args, module=module), tmp_path / "reference.log") == 0, \
+        text(tmp_path / "reference.log")[-3000:]
+    signal_at = ("--set", "module_args.signal_epoch=2", "--set", "module_args.signal_batch=41")
+    assert run(train_argv(cut, *args, *signal_at, module=module), tmp_path / "cut.log") == 143, \
+        text(tmp_path / "cut.log")[-3000:]
+    entry = _checkpoint(cut)[1]
+    assert entry["reason"] == "preempted" and entry["position"] == {"epoch": 2, "batch": 44}
+    assert entry["global_step"] == 23 + 11  # epoch 1's 23 optimizer steps, then 11 windows of 4
+    assert run(train_argv(cut, *args, *signal_at, "--resume", "auto", module=module), tmp_path / "resumed.log") == 0, \
+        text(tmp_path / "resumed.log")[-3000:]
+    assert steps(cut) == steps(ref) and len(steps(ref)) == 69
