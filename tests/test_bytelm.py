@@ -5,6 +5,7 @@ in-process run on one PJRT CPU device). The full job's loss bar is measured thro
 CLI on 8 devices (see trainer/examples/bytelm.yaml), not here.
 """
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -171,3 +172,15 @@ def test_a_short_run_through_the_engine_lowers_the_validation_loss(xla_device, t
     assert module.lm_head.weight is module.tok_emb.weight  # still tied after the move and training
     assert module.baseline is not None and module.baseline["nats_per_byte"] > 0  # printed at fit start
     assert result.compiles_per_epoch[-1] == 0
+
+
+def test_the_job_yaml_ties_the_schedule_to_the_trainer():
+    from trainer.cli import instantiate_module
+    from trainer.config import load_job_config
+
+    job = load_job_config(str(Path(__file__).parent.parent / "trainer/examples/bytelm.yaml"))
+    assert job.module_args["epochs"] == job.trainer.max_epochs  # one number, via a YAML alias
+    assert job.module_args["train_windows"] % job.module_args["batch_size"] == 0  # no ragged batch
+    assert job.module_args["batch_size"] % 8 == 0  # splits evenly over 8 SPMD devices
+    module = instantiate_module(job.module, job.module_args)
+    assert module.total_steps() == job.trainer.max_epochs * job.module_args["train_windows"] // job.module_args["batch_size"]

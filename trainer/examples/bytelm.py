@@ -57,11 +57,13 @@ class Block(nn.Module):
 
 class ByteLM(TrainModule):
     def __init__(self, context: int = 64, d_model: int = 96, n_layer: int = 3, n_head: int = 4,
-                 batch_size: int = 64, train_windows: int = 8192, val_windows: int = 1024, epochs: int = 8,
+                 batch_size: int = 64, train_windows: int = 8192, val_windows: int = 1024, epochs: int = 14,
                  accumulate_grad_batches: int = 1, lr: float = 1e-2, weight_decay: float = 0.1,
                  warmup_steps: int = 100, schedule: str = "warmup_cosine", shuffle_seed: int = 0):
         """`train_windows` caps the windows per epoch (the run's length); `epochs` and
-        `accumulate_grad_batches` only size the schedule (see the module docstring)."""
+        `accumulate_grad_batches` only size the schedule (see the module docstring).
+        `schedule="epoch_cosine"` is for an engine that steps schedulers once per epoch: there
+        the default per-step warm-up would hold lr at 0 for the whole first epoch."""
         super().__init__()
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule={schedule!r}; allowed: {', '.join(SCHEDULES)}")
