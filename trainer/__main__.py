@@ -1,5 +1,3 @@
-import sys
+from trainer.cli import run
 
-from trainer.cli import main
-
-sys.exit(main())
+run()

@@ -10,6 +10,7 @@ paragraph without a traceback and exits with code 2.
 from __future__ import annotations
 
 import argparse
+import os
 import importlib
 import inspect
 import logging
@@ -208,5 +209,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USER_ERROR_EXIT_CODE
 
 
+def run() -> None:
+    """The process entry point (`tpu-trainer`, `python -m trainer`): `main()`, then exit at once.
+
+    By the time `main()` returns, everything a run writes is closed and fsynced (outputs,
+    checkpoints, manifests). What is left is interpreter teardown, which with torch_xla's
+    runtime loaded takes seconds (measured: about 4 s of a 3-epoch run's 15 s), and during
+    which a late SIGTERM would kill the process with the default handler. So stdout, stderr
+    and the stderr filter are flushed and the process exits with main()'s code directly.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    from trainer.diagnostics.quiet_logs import restore_stderr
+
+    restore_stderr()
+    logging.shutdown()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -183,7 +183,8 @@ class EpochLoop:
             batch, mask = item
             index = progress.batch
             steps = progress.window_ends_at(index)
-            weight = self._weight(item.rows / sum(rows_of(i) for i in progress.window_of(index)))
+            fraction = item.rows / sum(rows_of(i) for i in progress.window_of(index))
+            weight = self._on_device(fraction)
             if self.diagnostics is not None:
                 self.diagnostics.before_step(progress.global_step + 1, batch)
             loss, logged = self._micro_step(batch, mask, index, weight, item.rows < mask.shape[0])
@@ -192,7 +193,7 @@ class EpochLoop:
                     scaled = value if weight is None else value * weight
                     window[name] = scaled if name not in window else window[name] + scaled
                 else:
-                    window[name] = window.get(name, 0.0) + value * (1.0 if weight is None else self._host_weight)
+                    window[name] = window.get(name, 0.0) + value * fraction
             if steps:
                 norm = self._optimizer_step()
                 if norm is not None:
@@ -212,7 +213,8 @@ class EpochLoop:
                 self.schedule.after_optimizer_step(progress.global_step)
             backend.sync()
             if self.diagnostics is not None:  # before any checkpoint: its reads are the engine's, not the step's
-                self.diagnostics.after_step(progress.global_step, bool(reads), max(reads, 1))
+                step = progress.global_step + (0 if steps else 1)  # the optimizer step this batch belongs to
+                self.diagnostics.after_step(step, bool(reads), max(reads, 1))
             bar.update(1)
             if steps and after_step is not None:
                 after_step()
@@ -224,10 +226,9 @@ class EpochLoop:
             if steps and progress.done:
                 return
 
-    def _weight(self, fraction: float) -> torch.Tensor | None:
+    def _on_device(self, fraction: float) -> torch.Tensor | None:
         """A batch's share of its window, as device data (a Python float would be a graph constant,
         and a window's last batches have other shares: more graphs). None: the whole window."""
-        self._host_weight = fraction
         if fraction == 1.0:
             return None
         return torch.tensor(fraction, dtype=torch.float32).to(self.acc.device)

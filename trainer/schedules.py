@@ -13,10 +13,16 @@ and 1.0 ("special scalars"), and AdamW's decoupled decay factor `1 - lr * weight
 which rounds to exactly 1.0 in float32 once lr * weight_decay < 3e-8 (late in a decay to
 0). Measured with a per-step warm-up from 0 + cosine to 0, torch_xla 2.9: a compilation
 when the rate leaves 0, one when the decay factor first rounds to 1.0, one when the rate
-reaches 0 again. So the engine (1) runs with `XLA_NO_SPECIAL_SCALARS=1` (env profiles)
-and (2) applies AdamW's decoupled weight decay itself, before the optimizer step, with
-the factor sent to the device as a one-element tensor (a 0-d upload of exactly 1.0 is
-folded into a constant too): the same arithmetic, no constant. Measured after
+reaches 0 again; and with Adam's beta2 = 0.95 (GPT recipes) another at step 325, when the
+bias correction it computes in Python rounds to 1.0. So the engine (1) runs with
+`XLA_NO_SPECIAL_SCALARS=1` (env profiles), (2) switches Adam-family optimizers to
+`capturable=True`, which keeps the step count and bias corrections on the device, and
+(3) applies AdamW's decoupled weight decay itself, before the optimizer step, with the
+factor sent to the device as a one-element tensor (a 0-d upload of exactly 1.0 is folded
+into a constant too): the same arithmetic, no constant. Capturable Adam divides by the
+step size, so a rate of exactly 0 would give NaN there: for those groups a rate of 0 is
+handed over as 1e-12 (an update that moves no float32 parameter larger than about 1e-3);
+logs show 0.0. Measured after
 both: no compilation after warm-up over the whole schedule.
 """
 from __future__ import annotations
@@ -32,6 +38,7 @@ from trainer.errors import UserError
 log = logging.getLogger(__name__)
 
 INTERVALS = ("step", "epoch")
+ZERO_LR_STAND_IN = 1e-12
 
 
 @dataclass
@@ -48,17 +55,23 @@ class LrSchedule:
         if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau) and self.monitor is None:
             self.monitor = "val_loss"  # Lightning's habit: it needs a metric, and this is the usual one
         self.weight_decay = [0.0] * len(self.optimizer.param_groups)
-        self.take_over_weight_decay()
+        self.keep_numbers_on_device()
 
-    def take_over_weight_decay(self) -> None:
-        """Move decoupled (AdamW) weight decay out of the optimizer into `decay_parameters`.
-
-        Call again after the optimizer's state is loaded from a checkpoint (it restores the groups).
-        """
+    def keep_numbers_on_device(self) -> None:
+        """Capturable Adam (step and bias corrections on the device); decoupled weight decay moved
+        out of the optimizer into `decay_parameters`. Call again after loading the optimizer's state
+        from a checkpoint: that restores the saved groups."""
         for index, group in enumerate(self.optimizer.param_groups):
             if group.get("decoupled_weight_decay") and group.get("weight_decay"):
                 self.weight_decay[index] = float(group["weight_decay"])
                 group["weight_decay"] = 0.0
+            if group.get("capturable") is False and not group.get("fused"):
+                group["capturable"] = True
+                for param in group["params"]:  # a step count saved on the host goes to its parameter
+                    state = self.optimizer.state.get(param, {})
+                    if isinstance(state.get("step"), torch.Tensor) and state["step"].device != param.device:
+                        state["step"] = state["step"].to(param.device)
+        self._keep_capturable_lr_off_zero()
 
     def decay_parameters(self, device: Any) -> None:
         """AdamW's `param *= 1 - lr * weight_decay`, with the factor as device data (before the step)."""
@@ -72,11 +85,19 @@ class LrSchedule:
                             param.mul_(factor)
 
     def logged_lr(self) -> float:
-        return float(self.optimizer.param_groups[0]["lr"])
+        group = self.optimizer.param_groups[0]
+        return 0.0 if group.get("_tpu_trainer_lr_is_zero") else float(group["lr"])
+
+    def _keep_capturable_lr_off_zero(self) -> None:
+        for group in self.optimizer.param_groups:
+            group["_tpu_trainer_lr_is_zero"] = group["lr"] == 0.0
+            if group["lr"] == 0.0 and group.get("capturable"):
+                group["lr"] = ZERO_LR_STAND_IN
 
     def after_optimizer_step(self, global_step: int) -> None:
         if self.scheduler is not None and self.interval == "step" and global_step % self.frequency == 0:
             self.scheduler.step()
+            self._keep_capturable_lr_off_zero()
 
     def after_epoch(self, epoch: int, metrics: Mapping[str, float]) -> None:
         if self.scheduler is None or self.interval != "epoch" or epoch % self.frequency:
@@ -90,6 +111,7 @@ class LrSchedule:
             self.scheduler.step(metrics[self.monitor])
         else:
             self.scheduler.step()
+        self._keep_capturable_lr_off_zero()
 
 
 def optimizers(configured: Any) -> LrSchedule:

@@ -153,7 +153,7 @@ class FitSession:
         if self.resumed is not None:
             saved = self.resumed.state
             restore_training_state(self.resumed, self.state, rt, sharded=fully_sharded)
-            schedule.take_over_weight_decay()  # the restored groups carry the optimizer's own weight decay
+            schedule.keep_numbers_on_device()  # the restored groups are the optimizer's own again
             self.progress = self.progress.resumed(saved["position"]["epoch"], saved["position"]["batch"],
                                                   saved["global_step"])
         module.on_fit_start()

@@ -109,3 +109,9 @@ def quiet_xla_logs() -> StderrFilter:
     if _installed is None:
         _installed = StderrFilter().install()
     return _installed
+
+
+def restore_stderr() -> None:
+    """Flush and remove the filter, if installed (before an exit that skips `atexit`)."""
+    if _installed is not None:
+        _installed.uninstall()
