@@ -152,3 +152,33 @@ class SignalsItself(SlowDigits):
 
             os.kill(os.getpid(), signal.SIGTERM)
         return super().training_step(batch, batch_idx)
+
+
+class TinyBert(TrainModule):
+    """A 2-layer Hugging Face BERT classifier built from a config, fed an attention mask: its
+    mask helper reads the mask on the host (`.all()`) on every forward, a host sync the
+    engine's detector must name."""
+
+    def __init__(self, samples: int = 256, batch_size: int = 32, seq: int = 16):
+        super().__init__()
+        from transformers import BertConfig, BertForSequenceClassification
+
+        config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=64, max_position_embeddings=seq, num_labels=2)
+        self.model = BertForSequenceClassification(config)
+        generator = torch.Generator().manual_seed(0)
+        self.tokens = torch.randint(1, 64, (samples, seq), generator=generator)
+        self.labels = (self.tokens == 7).any(dim=1).long()  # learnable: does token 7 occur?
+        self.batch_size = batch_size
+
+    def training_step(self, batch, batch_idx):
+        out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        return F.cross_entropy(out.logits, batch["labels"], reduction="none")
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    def train_dataloader(self):
+        rows = [{"input_ids": t, "attention_mask": torch.ones_like(t), "labels": y}
+                for t, y in zip(self.tokens, self.labels)]
+        return DataLoader(rows, batch_size=self.batch_size, shuffle=True, generator=torch.Generator().manual_seed(0))

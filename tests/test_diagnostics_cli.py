@@ -66,3 +66,12 @@ def test_compile_cache_on_pjrt_cpu_is_switched_off_with_the_reason(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert "off" in run.summary["compile_cache"] and "deserial" in run.summary["compile_cache"].lower()
     assert run.stderr.count("compilation cache") == 1
+
+
+def test_a_host_read_inside_hugging_face_code_is_named_with_its_line(tmp_path):
+    run = run_cli("train", "--module", "tests.helpers_modules:TinyBert", "--max-epochs", "2", "--debug",
+                  "--no-progress", run_dir=tmp_path / "run")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "device->host read(s) inside the training step (.item()/bool()" in run.stderr
+    assert "masking_utils.py" in run.stderr  # the line in transformers that reads the mask
+    assert all(float(row["host_transfers_per_step_outside_logging"]) >= 1 for row in _epochs(tmp_path / "run"))
