@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import torch
 from tqdm.auto import tqdm
 
 from trainer import backend
