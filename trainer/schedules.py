@@ -65,7 +65,8 @@ class LrSchedule:
             if group.get("decoupled_weight_decay") and group.get("weight_decay"):
                 self.weight_decay[index] = float(group["weight_decay"])
                 group["weight_decay"] = 0.0
-            if group.get("capturable") is False and not group.get("fused"):
+            adam = isinstance(self.optimizer, torch.optim.Adam)  # AdamW is one; others are untested here
+            if adam and group.get("capturable") is False and not group.get("fused") and not group.get("foreach"):
                 group["capturable"] = True
                 for param in group["params"]:  # a step count saved on the host goes to its parameter
                     state = self.optimizer.state.get(param, {})
