@@ -121,10 +121,6 @@ class StepReporter:
         names = list(device_values)
         backend.after_step(self._report, ([device_values[n] for n in names], names, dict(host_values), global_step, epoch))
 
-    @property
-    def latest_loss(self) -> float | None:
-        return self.latest.get("loss")
-
     def drain(self, timeout: float = 60.0) -> None:
         """Wait until every scheduled step is reported (call after the step's sync, e.g. before a checkpoint)."""
         with self._done:
@@ -165,6 +161,8 @@ class EpochLoop:
         self.logs = StepLogs()
         self.host_logs: dict[str, list[float]] = {}
         """Numbers (not tensors) from self.log in training, per optimizer step, for the epoch mean."""
+        self.val_host_logs: dict[str, tuple[float, int]] = {}
+        """Numbers from self.log in validation: (sum weighted by real rows, real rows)."""
         self._warned_scalar = False
         module.__dict__["_tpu_trainer_logs"] = self.logs  # where TrainModule.log writes
 
@@ -276,7 +274,8 @@ class EpochLoop:
         """Sum validation_step's outputs and self.log values over the real rows (read by `read_validation`)."""
         self.module.eval()
         with torch.no_grad():
-            for batch_idx, (batch, mask) in enumerate(loader):
+            for batch_idx, item in enumerate(loader):
+                batch, mask = item
                 with self.precision.autocast():
                     out = self.module.validation_step(batch, batch_idx)
                 rows = mask.sum()
@@ -286,20 +285,25 @@ class EpochLoop:
                     else:
                         self.acc.add(f"val/{name}", masked_mean(value, mask, "validation_step") * rows)
                 for name, value in self.logs.take().items():
-                    self.acc.add(f"val/log:{name}", (value if isinstance(value, torch.Tensor)
-                                                     else torch.tensor(value)) * rows)
+                    if isinstance(value, torch.Tensor):
+                        self.acc.add(f"val/log:{name}", value * rows)
+                    else:  # a host number stays on the host (as a graph constant it would recompile per value)
+                        total, count = self.val_host_logs.get(name, (0.0, 0))
+                        self.val_host_logs[name] = (total + value * item.rows, count + item.rows)
                 self.acc.add("val/rows", rows)
                 backend.sync()
 
     def read_validation(self) -> dict[str, float]:
         """The validation averages since the last read (one host read)."""
         sums = self.acc.read_and_reset("val")
+        host, self.val_host_logs = self.val_host_logs, {}
         rows = sums.pop("rows", 0.0)
         if not rows:
             return {}
         metrics = {}
         for name, total in sums.items():
             metrics[name[4:] if name.startswith("log:") else f"val_{name}"] = total / rows
+        metrics.update({name: total / count for name, (total, count) in host.items() if count})
         return metrics
 
     def read_training(self, optimizer_steps: int) -> dict[str, float]:

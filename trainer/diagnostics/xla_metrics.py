@@ -19,17 +19,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Mapping
 
+from trainer import backend
+
 SCALAR_READ_OP = "aten::_local_scalar_dense"
 _HOST_READ_COUNTER = "xla::_to_cpu"
 _NS = 1e-9
 
-
-def compile_count() -> int:
-    """XLA compilations so far (cheap: CompileTime keeps few samples, compilations are rare)."""
-    import torch_xla.debug.metrics as met
-
-    data = met.metric_data("CompileTime")
-    return int(data[0]) if data else 0
+compile_count = backend.compile_count  # one definition: the loop counts compilations per epoch with it too
 
 
 def host_read_count() -> int:
