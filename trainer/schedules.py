@@ -61,11 +61,11 @@ class LrSchedule:
         """Capturable Adam (step and bias corrections on the device); decoupled weight decay moved
         out of the optimizer into `decay_parameters`. Call again after loading the optimizer's state
         from a checkpoint: that restores the saved groups."""
+        adam = isinstance(self.optimizer, torch.optim.Adam)  # AdamW is one; others are untested here
         for index, group in enumerate(self.optimizer.param_groups):
             if group.get("decoupled_weight_decay") and group.get("weight_decay"):
                 self.weight_decay[index] = float(group["weight_decay"])
                 group["weight_decay"] = 0.0
-            adam = isinstance(self.optimizer, torch.optim.Adam)  # AdamW is one; others are untested here
             if adam and group.get("capturable") is False and not group.get("fused") and not group.get("foreach"):
                 group["capturable"] = True
                 for param in group["params"]:  # a step count saved on the host goes to its parameter
@@ -91,6 +91,8 @@ class LrSchedule:
 
     def _keep_capturable_lr_off_zero(self) -> None:
         for group in self.optimizer.param_groups:
+            if group["lr"] == ZERO_LR_STAND_IN and group.get("_tpu_trainer_lr_is_zero"):
+                continue  # already standing in for 0 (called again without a scheduler step, or after a resume)
             group["_tpu_trainer_lr_is_zero"] = group["lr"] == 0.0
             if group["lr"] == 0.0 and group.get("capturable"):
                 group["lr"] = ZERO_LR_STAND_IN
