@@ -75,15 +75,18 @@ ENV PATH=/opt/venv/bin:${PATH} \
 COPY --from=source /staging/ /
 # Fail the build on a broken or mismatched pair (torch_xla does not pin torch; a wrong
 # torch only shows as an undefined-symbol ImportError), on versions other than the ones
-# asked for, or on an engine that cannot start. The imports touch /tmp: reset its time.
+# asked for, or on an engine that cannot start. The imports write temporary files
+# (torch.distributed generates a module into a fresh temp dir): they go to a scratch
+# TMPDIR that is removed, and /tmp's time is reset, so this step adds nothing to the image.
 ARG TORCH_VERSION=2.9.0
 ARG TORCH_XLA_VERSION=2.9.0
-RUN python -m trainer preflight --import \
+RUN export TMPDIR=/tmp/preflight && mkdir "$TMPDIR" \
+ && python -m trainer preflight --import \
  && python -c 'import os, torch, torch_xla; \
 got = (torch.__version__.split("+")[0], torch_xla.__version__.split("+")[0]); \
 want = (os.environ["TORCH_VERSION"], os.environ["TORCH_XLA_VERSION"]); \
 assert got == want, f"torch/torch_xla in the image are {got}, expected {want}"' \
- && touch --date="@${SOURCE_DATE_EPOCH}" /tmp
+ && rm -rf "$TMPDIR" && touch --date="@${SOURCE_DATE_EPOCH}" /tmp
 WORKDIR /work
 ARG IMAGE_TAG=tpu-trainer:dev
 ENV TPU_TRAINER_IMAGE=${IMAGE_TAG}

@@ -21,7 +21,7 @@ $(SETUP): pyproject.toml env/constraints-$(PAIR).txt
 
 setup: $(SETUP) ## create .venv with the pinned torch/torch_xla pair (PAIR=2.9) and the project
 
-train: $(SETUP) ## train the default job: CORES=1|8|auto|[5] PRECISION=fp32|bf16|bf16-true STRATEGY=data|fsdp MESH=data:2,fsdp:4 EPOCHS=N MAX_STEPS=N ACCUMULATE=N CLIP=1.0 RUN_DIR=DIR CONFIG=job.yaml PROFILE=cpu|tpu-vm RESUME=auto|FILE DEBUG=1 ARGS="--set k=v"
+train: $(SETUP) ## train the default job: CORES=1|8|auto|[5] PRECISION=fp32|bf16|bf16-true STRATEGY=data|fsdp MESH=data:2,fsdp:4 EPOCHS=N MAX_STEPS=N ACCUMULATE=N CLIP=1.0 RUN_DIR=DIR|gs://BUCKET/PATH CONFIG=job.yaml PROFILE=cpu|tpu-vm RESUME=auto|FILE DEBUG=1 ARGS="--set k=v"
 	$(INVOKE) train --from-make $(if $(CORES),--cores '$(CORES)') $(if $(STRATEGY),--strategy '$(STRATEGY)') $(if $(MESH),--mesh '$(MESH)') $(if $(PRECISION),--precision '$(PRECISION)') $(if $(EPOCHS),--epochs '$(EPOCHS)') $(if $(RUN_DIR),--run-dir '$(RUN_DIR)') $(if $(CONFIG),--config '$(CONFIG)') $(if $(PROFILE),--profile '$(PROFILE)') $(if $(ARGS),--args '$(ARGS)') $(if $(RESUME),--resume '$(RESUME)') $(if $(DEBUG),--debug) $(if $(ACCUMULATE),--accumulate '$(ACCUMULATE)') $(if $(MAX_STEPS),--max-steps '$(MAX_STEPS)') $(if $(CLIP),--clip '$(CLIP)')
 
 test: $(SETUP) ## run the tests on CPU-emulated XLA (all but the image tests)

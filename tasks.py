@@ -366,3 +366,11 @@ def bench(c, workloads="mlp,fsdp", devices="1,8", rounds=3, epochs=3, wall_round
               int(wall_rounds))
     print((out_dir / "bench.md").read_text())
     print(f"written: {out_dir}/bench.md, {out_dir}/bench.json")
+
+
+@task(name="bench-storage", help={"megabytes": "checkpoint size in MB", "rounds": "rounds (the median is shown)"})
+def bench_storage(c, megabytes=300, rounds=3):
+    """What a gs:// run directory costs per checkpoint, against a local Cloud Storage server (figures)."""
+    from tooling.bench.storage import run_storage_bench
+
+    print(run_storage_bench(int(megabytes), int(rounds)))

@@ -143,6 +143,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     job = load_job_config(args.config, job_overrides(args))
     trainer = Trainer.from_job(job, Spelling(args.options_from))  # validates devices, mesh, profile; no torch yet
+    trainer.check_run_dir()  # a gs:// bucket that cannot be written fails before the model is even built
     seed_everything(job.trainer.seed)  # the module's initial weights: same seed, same weights
     module = instantiate_module(job.module, job.module_args)
     from trainer.preemption import TrainingInterrupted
@@ -153,7 +154,7 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"interrupted: {stop}", file=sys.stderr)
         return stop.exit_code
     shown = {k: round(v, 4) for k, v in result.metrics.items()}
-    print(f"done: {shown}; compiles per epoch {result.compiles_per_epoch}; outputs in {result.run_dir}")
+    print(f"done: {shown}; compiles per epoch {result.compiles_per_epoch}; outputs in {result.run_url or result.run_dir}")
     return 0
 
 

@@ -91,6 +91,11 @@ class TrainerConfig:
             self.resume != "auto" or bool(self.run_dir), "trainer.resume", self.resume,
             "auto together with a run directory (--run-dir / RUN_DIR=...) to look in",
         )
+        _require(
+            not self.resume.startswith("gs://"), "trainer.resume", self.resume,
+            "auto or a local checkpoint path; to resume a run in a bucket, pass its directory as "
+            "--run-dir gs://BUCKET/PATH (RUN_DIR=...) with --resume auto (RESUME=auto)",
+        )
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,8 @@ class Trainer:
             job, trainer=self.config,
             **{name: dataclasses.replace(getattr(job, name), **values) for name, values in sections.items()
                if name != "trainer" and values})
+        self.spelling = spelling
+        self._mirror: Any = None
         self.plan: RuntimePlan = plan_runtime(self.config.devices, self.config.env_profile,
                                               self.job.parallel.strategy, self.job.parallel.mesh, spelling)
 
@@ -45,16 +47,29 @@ class Trainer:
         fields = {f.name: getattr(job.trainer, f.name) for f in dataclasses.fields(job.trainer)}
         return cls(job=job, spelling=spelling, **fields)
 
+    def check_run_dir(self) -> Any:
+        """Connect a gs:// run directory and prove the bucket takes writes (UserError if not).
+
+        `fit` does this first; the CLI calls it before it builds the model, so a missing
+        bucket or permission fails in seconds. Returns the mirror (None for a local run)."""
+        from trainer.storage.mirror import open_for
+
+        if self._mirror is None:
+            self._mirror = open_for(self.config.run_dir, self.spelling.assign("run_dir", self.config.run_dir))
+        return self._mirror
+
     def fit(self, module: Any, train_dataloaders: Any = None, val_dataloaders: Any = None) -> Any:
         """Train `module`; returns a `FitResult`. Raises `TrainingInterrupted` after SIGTERM/SIGINT."""
         from trainer.diagnostics.run import RunDiagnostics
 
+        mirror = self.check_run_dir()  # first: no bucket or no permission fails in seconds, before XLA
         diagnostics = RunDiagnostics(self.job.diagnostics, self.config.log_every_n_steps)
         apply_environment(self.plan, diagnostics.environment())  # debug mode's XLA variables too
         runtime = start_xla(self.plan)
         from trainer.session import FitSession
 
-        return FitSession(self.job, self.plan, runtime, diagnostics).run(module, train_dataloaders, val_dataloaders)
+        return FitSession(self.job, self.plan, runtime, diagnostics, mirror).run(module, train_dataloaders,
+                                                                                 val_dataloaders)
 
 
 def __getattr__(name: str) -> Any:  # FitResult lives with the session (it imports torch)

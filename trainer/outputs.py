@@ -173,6 +173,14 @@ class RunOutputs:
                 self._steps_file.flush()
                 os.fsync(self._steps_file.fileno())
 
+    def flush(self) -> None:
+        """Everything written so far, on disk (before a gs:// run directory publishes it)."""
+        if self.enabled:
+            self.flush_steps()
+            with self._lock:
+                if self._tb_writer is not None:
+                    self._tb_writer.flush()
+
     @property
     def history(self) -> list[dict[str, Any]]:
         return list(self._epoch_rows)

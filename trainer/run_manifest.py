@@ -62,10 +62,10 @@ def describe_process(runtime: Any) -> dict:
     }
 
 
-def resolved_config(job: Any, plan: Any, runtime: Any, run_dir: Path | None) -> dict:
+def resolved_config(job: Any, plan: Any, runtime: Any, run_dir: Path | None, run_url: str | None = None) -> dict:
     """config.yaml: the job as run (the exact input `--config` accepts) plus what was resolved from it."""
     resolved = job.to_dict()
-    resolved["trainer"]["run_dir"] = str(run_dir) if run_dir else ""
+    resolved["trainer"]["run_dir"] = run_url or (str(run_dir) if run_dir else "")
     resolved["trainer"]["env_profile"] = plan.profile.name
     resolved["resolved"] = {
         "devices": plan.selection.count,

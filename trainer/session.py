@@ -53,13 +53,18 @@ class FitResult:
     history: list
     """One dict per epoch, as in metrics.csv."""
     run_dir: Path | None
+    """Where the outputs were written (for a gs:// run: its local staging copy)."""
     compiles_per_epoch: list
+    run_url: str | None = None
+    """The gs:// run directory the outputs were published to (None for a local run)."""
 
 
 class FitSession:
-    def __init__(self, job: JobConfig, plan: Any, runtime: Any, diagnostics: Any):
-        """`diagnostics`: a `trainer.diagnostics.run.RunDiagnostics` (its environment already exported)."""
+    def __init__(self, job: JobConfig, plan: Any, runtime: Any, diagnostics: Any, mirror: Any = None):
+        """`diagnostics`: a `trainer.diagnostics.run.RunDiagnostics` (its environment already exported).
+        `mirror`: a connected `trainer.storage.mirror.RunMirror` when the run directory is gs://."""
         self.job, self.plan, self.runtime, self.diagnostics = job, plan, runtime, diagnostics
+        self.mirror = mirror
         self.config = job.trainer
         self.precision = Precision(self.config.precision)
         self.run_dir: Path | None = None
@@ -88,16 +93,48 @@ class FitSession:
             finally:
                 if not finished:  # an open profile window is still written; the summary is not
                     self.diagnostics.finish(self.run_dir)
-                self.outputs.close()
+                self.outputs.close()  # everything on disk: now the last push
+                self._push_outputs(raising=finished, flush=False)
+                if self.mirror is not None:
+                    self.mirror.release_worker_log()
+
+    @property
+    def run_url(self) -> str | None:
+        return self.mirror.remote.url if self.mirror is not None else None
+
+    def _push_outputs(self, raising: bool = False, flush: bool = True) -> None:
+        """Publish changed output files to a gs:// run directory (process 0; the others: their log).
+
+        Only the last push after a finished fit raises: an epoch's push that fails (after
+        gcsfs's retries) is retried by the next one, and while another error propagates
+        this one is only logged. Checkpoints are published separately, and always raise."""
+        if self.mirror is None:
+            return
+        if flush:
+            self.outputs.flush()
+        try:
+            self.mirror.push_outputs(everything=self.outputs.enabled)
+        except Exception as exc:  # noqa: BLE001 - reported either way, with where the files are
+            if raising:
+                raise
+            log.warning("could not publish the outputs to %s (%r); they are in %s and the next push retries",
+                        self.run_url, exc, self.run_dir)
 
     # ------------------------------------------------------------------ set-up
     def _open_outputs(self) -> None:
         cfg, job = self.config, self.job.to_dict()
-        run_dir = run_dir_for(cfg.resume, cfg.run_dir) or default_run_dir(cfg.run_dir, self.job.name, cfg.runs_root)
+        configured = cfg.run_dir
+        if self.mirror is not None:  # the engine writes the staging copy; the mirror publishes it
+            configured = str(self.mirror.prepare(resuming=bool(cfg.resume), owner=self.runtime.is_global_zero))
+        run_dir = run_dir_for(cfg.resume, configured) or default_run_dir(configured, self.job.name, cfg.runs_root)
+        if self.mirror is not None and not self.runtime.is_global_zero:
+            self.mirror.capture_worker_log(self.runtime.process_index)
         self.resumed = find_resume(cfg.resume, run_dir)
         if not self.runtime.is_global_zero:
             return
         self.run_dir = prepare_run_dir(run_dir, resuming=bool(cfg.resume))
+        if self.mirror is not None:  # after the check that the directory holds no other run
+            self.mirror.capture_worker_log(self.runtime.process_index)
         self.store = CheckpointStore(self.run_dir / CHECKPOINT_DIR, self.job.checkpoint.keep_last)
         self.store.start()
         if self.resumed is None:
@@ -111,8 +148,8 @@ class FitSession:
                           self.resumed.sha256, state["global_step"])
             log.info("resuming from %s: step %d, epoch %d, batch %d", self.resumed.path, state["global_step"],
                      state["position"]["epoch"], state["position"]["batch"])
-        self.outputs.write_config(resolved_config(self.job, self.plan, self.runtime, self.run_dir))
-        log.info("run directory: %s", self.run_dir)
+        self.outputs.write_config(resolved_config(self.job, self.plan, self.runtime, self.run_dir, self.run_url))
+        log.info("run directory: %s", self.run_url or self.run_dir)
 
     def _set_up(self, module: Any, train_loader: Any, val_loader: Any) -> None:
         cfg, rt, parallel = self.config, self.runtime, self.job.parallel
@@ -144,7 +181,8 @@ class FitSession:
                               after_backward=(lambda: shard_gradients(module)) if fully_sharded else (lambda: None),
                               diagnostics=self.diagnostics)
         self.schedule = schedule
-        self.checkpointer = Checkpointer(self.job.checkpoint, self.store, self.job.to_dict(), rt, sharded=fully_sharded)
+        self.checkpointer = Checkpointer(self.job.checkpoint, self.store, self.job.to_dict(), rt, sharded=fully_sharded,
+                                         on_commit=self.mirror.publish_checkpoints if self.mirror else None)
         self.generators = loader_generators(self.train.batches.loader)
         self.progress = Progress(cfg.max_epochs, cfg.log_every_n_steps, cfg.accumulate_grad_batches, cfg.max_steps,
                                  _validation_every(cfg.val_check_interval, len(self.train), cfg.accumulate_grad_batches)
@@ -204,6 +242,7 @@ class FitSession:
         self.outputs.log_epoch(row)
         state.module.on_validation_epoch_end(epoch, validation)
         log.info("epoch %d/%d: %s", epoch, cfg.max_epochs, _format(row))
+        self._push_outputs()
         last = epoch == cfg.max_epochs or progress.done
         if not stopped_early:
             progress.end_epoch()
@@ -250,7 +289,7 @@ class FitSession:
                      "--max-epochs or --max-steps to continue)", self.progress.first_epoch - 1, self.progress.global_step)
             metrics = {k: v for k, v in (self.outputs.history or [{}])[-1].items() if k.endswith(("loss", "accuracy"))}
         result = FitResult(metrics=metrics, history=self.outputs.history, run_dir=self.run_dir,
-                           compiles_per_epoch=self.compiles)
+                           compiles_per_epoch=self.compiles, run_url=self.run_url)
         self._write_summary(result)
         return result
 

@@ -17,6 +17,7 @@ _NAMES = {
     "precision": ("precision", "--precision", "PRECISION"),
     "strategy": ("strategy", "--strategy", "STRATEGY"),
     "mesh": ("mesh", "--mesh", "MESH"),
+    "run_dir": ("run_dir", "--run-dir", "RUN_DIR"),
 }
 
 

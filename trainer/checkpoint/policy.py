@@ -83,9 +83,12 @@ def run_dir_for(resume: str, configured: str) -> Path | None:
 class Checkpointer:
     """Saves checkpoints of one fit at the moments the config asks for."""
 
-    def __init__(self, config: Any, store: CheckpointStore | None, job: dict, runtime: Any, sharded: bool = False):
-        """`sharded`: the model is sharded (FSDP), so checkpoints are directories of shards."""
+    def __init__(self, config: Any, store: CheckpointStore | None, job: dict, runtime: Any, sharded: bool = False,
+                 on_commit: Any = None):
+        """`sharded`: the model is sharded (FSDP), so checkpoints are directories of shards.
+        `on_commit`: called after each local commit (a gs:// run directory publishes it then)."""
         self.config, self.store, self.job, self.runtime = config, store, job, runtime
+        self.on_commit = on_commit
         self.sharded = sharded
         self.last_saved: tuple[int, int] | None = None  # (global_step, position epoch)
         self.last_path: Path | None = None
@@ -129,5 +132,7 @@ class Checkpointer:
             name = FINAL if final else f"step-{global_step:08d}.ckpt"
             entry = self.store.save(host, name, meta)
         self.last_path = self.store.directory / name
+        if self.on_commit is not None:
+            self.on_commit()
         log.info("checkpoint (%s): %s, step %d, sha256 %s", reason, self.last_path, global_step, entry["sha256"][:12])
         return self.last_path

@@ -101,7 +101,7 @@ def write_checkpoint_dir(module: Any, optimizer: Any, host_state: dict, path: Pa
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
-    return {"sha256": _digest_of(files), "bytes": sum(f["bytes"] for f in files.values()), "files": files}
+    return {"sha256": files_digest(files), "bytes": sum(f["bytes"] for f in files.values()), "files": files}
 
 
 def verify_checkpoint_dir(path: Path, entry: dict) -> dict:
@@ -121,7 +121,7 @@ def verify_checkpoint_dir(path: Path, entry: dict) -> dict:
     return host
 
 
-def _digest_of(files: dict) -> str:
+def files_digest(files: dict) -> str:
     digest = hashlib.sha256()
     for name, recorded in sorted(files.items()):
         digest.update(f"{name} {recorded['sha256']} {recorded['bytes']}\n".encode())

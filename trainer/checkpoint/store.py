@@ -119,7 +119,7 @@ class CheckpointStore:
         self._commit([{**e, "file": retired} if e is old else e for e in entries])
 
     def _commit(self, entries: list[dict]) -> None:
-        write_json_atomic({"format": FORMAT, "checkpoints": entries}, self.manifest_path)
+        write_json_atomic(manifest_document(entries), self.manifest_path)
 
     def _prune(self) -> None:
         """Keep the newest `keep_last` periodic checkpoints (and final.ckpt, always)."""
@@ -179,6 +179,17 @@ class CheckpointStore:
             except CheckpointError as exc:
                 problems.append(str(exc))
         return None, problems
+
+
+def manifest_document(entries: list[dict]) -> dict:
+    return {"format": FORMAT, "checkpoints": entries}
+
+
+def entry_files(entry: dict) -> dict[str, str]:
+    """Every file a committed entry stands for, relative to the checkpoint directory -> SHA-256."""
+    if "files" in entry:  # a directory of shards
+        return {f"{entry['file']}/{name}": recorded["sha256"] for name, recorded in entry["files"].items()}
+    return {entry["file"]: entry["sha256"]}
 
 
 def _remove(path: Path) -> None:
