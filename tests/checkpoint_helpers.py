@@ -24,10 +24,12 @@ def train_argv(run_dir: Path, *extra: str, module: str = SLOW, epochs: int = 3) 
             "--log-every-n-steps", "1", "--no-progress", "--env-profile", "cpu", "--run-dir", str(run_dir), *extra]
 
 
-def start(argv: list[str], log: Path) -> subprocess.Popen:
-    """Start the CLI in its own process group, output to `log` (read it while it runs)."""
+def start(argv: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
+    """Start the CLI in its own process group, output to `log` (read it while it runs);
+    `env`: variables added to this process's environment."""
     out = open(log, "w")
-    return subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, **(env or {})})
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> int:

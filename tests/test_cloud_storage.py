@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint_helpers import REPO, finish, text, train_argv, wait_for
+from checkpoint_helpers import REPO, finish, start, text, train_argv, wait_for
 from storage_server import StorageServer
 
 pytestmark = pytest.mark.slow
@@ -39,11 +39,7 @@ def server(tmp_path_factory):
 def _start(server, tmp_path, name: str, url: str, *extra: str) -> tuple[subprocess.Popen, Path]:
     """The CLI training into `url`, with its own staging directory (a fresh VM's disk)."""
     log = tmp_path / f"{name}.log"
-    env = server.env(tmp_path / f"staging-{name}")
-    out = open(log, "w")
-    proc = subprocess.Popen(train_argv(url, *PAUSE, *extra), cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True, env={**os.environ, **env})
-    return proc, log
+    return start(train_argv(url, *PAUSE, *extra), log, server.env(tmp_path / f"staging-{name}")), log
 
 
 def _read(server, url: str, relative: str) -> bytes:

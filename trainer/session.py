@@ -126,15 +126,14 @@ class FitSession:
         configured = cfg.run_dir
         if self.mirror is not None:  # the engine writes the staging copy; the mirror publishes it
             configured = str(self.mirror.prepare(resuming=bool(cfg.resume), owner=self.runtime.is_global_zero))
-        run_dir = run_dir_for(cfg.resume, configured) or default_run_dir(configured, self.job.name, cfg.runs_root)
-        if self.mirror is not None and not self.runtime.is_global_zero:
             self.mirror.capture_worker_log(self.runtime.process_index)
+        run_dir = run_dir_for(cfg.resume, configured) or default_run_dir(configured, self.job.name, cfg.runs_root)
         self.resumed = find_resume(cfg.resume, run_dir)
         if not self.runtime.is_global_zero:
             return
-        self.run_dir = prepare_run_dir(run_dir, resuming=bool(cfg.resume))
-        if self.mirror is not None:  # after the check that the directory holds no other run
-            self.mirror.capture_worker_log(self.runtime.process_index)
+        # A gs:// run's staging copy was emptied or refilled by `prepare`, which refused a bucket
+        # path holding another run; the local check would only see the worker log just opened.
+        self.run_dir = prepare_run_dir(run_dir, resuming=bool(cfg.resume) or self.mirror is not None)
         self.store = CheckpointStore(self.run_dir / CHECKPOINT_DIR, self.job.checkpoint.keep_last)
         self.store.start()
         if self.resumed is None:

@@ -62,11 +62,15 @@ def clean_temporaries(directory: Path) -> list[Path]:
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
+    return file_digest(path, hashlib.sha256()).hexdigest()
+
+
+def file_digest(path: Path, digest: Any) -> Any:
+    """Feed `path`'s bytes to a hashlib object in 1 MiB chunks; returns it."""
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
-    return digest.hexdigest()
+    return digest
 
 
 class _HashingWriter:

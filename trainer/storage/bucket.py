@@ -83,11 +83,10 @@ def _explain(exc: BaseException, remote: RemoteRunDir, where: str) -> str:
 
 def md5_base64(path: Path) -> str:
     """A local file's MD5 in the form Cloud Storage reports it (`md5Hash`, base64)."""
-    digest = hashlib.md5()  # noqa: S324 - the service's integrity hash, not a security one
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return base64.b64encode(digest.digest()).decode()
+    from trainer.checkpoint.io import file_digest
+
+    md5 = hashlib.md5()  # noqa: S324 - the service's integrity hash, not a security one
+    return base64.b64encode(file_digest(path, md5).digest()).decode()
 
 
 def upload_if_generation(fs: Any, path: str, data: bytes, generation: int) -> int:

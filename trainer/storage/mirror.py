@@ -100,7 +100,7 @@ class RunMirror:
             self._committed = json.loads((self.staging / manifest).read_text())["checkpoints"]
         for entry in self._committed:  # in the bucket and committed: never uploaded again, even if not pulled
             self._published |= {(rel, sha) for rel, sha in entry_files(entry).items() if f"{CHECKPOINTS}/{rel}" in found}
-        listed = {f"{CHECKPOINTS}/{f}" for e in self._committed for f in entry_files(e)} | {manifest}
+        listed = _object_names(self._committed)
         leftovers = sorted(rel for rel in found if rel.startswith(CHECKPOINTS + "/") and rel not in listed)
         if leftovers and owner:  # a save killed before its commit; no writer of this run is alive now
             self.fs.rm([self.remote.object_path(rel) for rel in leftovers])
@@ -194,7 +194,7 @@ class RunMirror:
                 uploaded += self._upload(todo)
         if entries != self._committed:
             self._commit(entries)
-        listed = {f"{CHECKPOINTS}/{rel}" for e in entries for rel in entry_files(e)} | {f"{CHECKPOINTS}/{MANIFEST}"}
+        listed = _object_names(entries)
         unlisted = [rel for rel in self._list(CHECKPOINTS) if rel not in listed and f"/{PENDING}/" not in f"/{rel}"]
         if unlisted:  # pruned (keep_last) or retired entries: forget first (committed above), delete after
             self.fs.rm([self.remote.object_path(rel) for rel in unlisted])
@@ -297,6 +297,11 @@ class RunMirror:
         return int(info.get("size", stat.st_size))
 
 
+def _object_names(entries: list[dict]) -> set[str]:
+    """Every object (relative to the run) a manifest listing `entries` names, the manifest included."""
+    return {f"{CHECKPOINTS}/{rel}" for e in entries for rel in entry_files(e)} | {f"{CHECKPOINTS}/{MANIFEST}"}
+
+
 def _sha256(path: Path) -> str:
     from trainer.checkpoint.io import sha256_of
 
@@ -305,11 +310,4 @@ def _sha256(path: Path) -> str:
 
 def _size(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
-
-
-def open_for(run_dir: str, said: str) -> RunMirror | None:
-    """The mirror of a gs:// run directory (connected and checked), or None for a local one."""
-    from trainer.storage.location import is_remote
-
-    return RunMirror.connect(run_dir, said) if is_remote(run_dir) else None
 
