@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainer import backend
 from trainer.diagnostics import compile_cache, xla_metrics
 from trainer.diagnostics.host_reads import HostReadTracker
 from trainer.diagnostics.profile_window import ProfilerCapture, StepWindow
@@ -159,6 +160,7 @@ class RunDiagnostics:
         trace = self.profiler.close() or self.profiler.trace if self.profiler is not None else None
         if self._start is None:
             return {}
+        backend.wait_device_ops()  # torch_xla counts an execution when it completes: let queued ones land
         delta = xla_metrics.snapshot() - self._start
         summary: dict[str, Any] = {
             "xla_compiles": delta.compiles, "xla_compile_seconds": round(delta.compile_seconds, 3),
