@@ -50,8 +50,8 @@ push: $(SETUP) ## push tpu-trainer:VERSION and its immutable tag, verified by di
 base-image: $(SETUP) ## make tpu-trainer-base:3.11-bookworm offline (debootstrap + docker import; root)
 	$(INVOKE) base-image
 
-matrix: $(SETUP) ## every pair x CORES {1,8} x PRECISION {fp32,bf16} in its image, as a pass/fail table: EPOCHS=N
-	$(INVOKE) matrix $(if $(EPOCHS),--max-epochs '$(EPOCHS)')
+matrix: $(SETUP) ## every pair x CORES {1,8} x PRECISION {fp32,bf16} in its image, as a pass/fail table: EPOCHS=N VERSIONS=2.9,2.8
+	$(INVOKE) matrix $(if $(EPOCHS),--max-epochs '$(EPOCHS)') $(if $(VERSIONS),--versions '$(VERSIONS)')
 
 .PHONY: pod tpu-clean
 
