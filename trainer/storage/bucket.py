@@ -23,6 +23,8 @@ from trainer.storage.location import RemoteRunDir
 log = logging.getLogger(__name__)
 
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+PROBE_PREFIX = ".write-probe-"
+"""Name prefix of the start-up probe object (a listing of the run skips it)."""
 
 
 def filesystem() -> Any:
@@ -43,7 +45,7 @@ def check_writable(fs: Any, remote: RemoteRunDir, said: str) -> None:
 
     A write is the only check that needs no bucket-level permission (roles/storage.objectUser
     cannot read bucket metadata, and may still write a run)."""
-    probe = remote.object_path(f".write-probe-{uuid.uuid4().hex}")
+    probe = remote.object_path(f"{PROBE_PREFIX}{uuid.uuid4().hex}")
     try:
         fs.pipe_file(probe, b"tpu-trainer write probe\n")
         fs.rm_file(probe)

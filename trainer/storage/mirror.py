@@ -28,16 +28,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint.store import MANIFEST, CheckpointError, entry_files, manifest_document
+from trainer.atomic_files import TMP_PREFIX
+from trainer.checkpoint.policy import CHECKPOINT_DIR
+from trainer.checkpoint.store import MANIFEST, CheckpointError, CheckpointStore, entry_files, manifest_document
 from trainer.errors import UserError
 from trainer.storage.bucket import (
-    check_writable, filesystem, live_generation, md5_base64, storage_error, upload_if_generation,
+    PROBE_PREFIX, check_writable, filesystem, live_generation, md5_base64, storage_error, upload_if_generation,
 )
 from trainer.storage.location import RemoteRunDir, parse_remote
 
 log = logging.getLogger(__name__)
 
-CHECKPOINTS = "checkpoints"
 PENDING = ".pending"
 """Under checkpoints/: per-process notes of what each writer of a shared checkpoint uploaded."""
 
@@ -90,31 +91,32 @@ class RunMirror:
 
     def _pull(self, found: dict[str, dict], owner: bool) -> None:
         started, pulled = time.perf_counter(), 0
-        manifest = f"{CHECKPOINTS}/{MANIFEST}"
+        manifest = f"{CHECKPOINT_DIR}/{MANIFEST}"
         for rel, info in found.items():
-            if not rel.startswith(CHECKPOINTS + "/"):
+            if not rel.startswith(CHECKPOINT_DIR + "/"):
                 pulled += self._download(rel, info)
         if manifest in found:
             self._generation = int(found[manifest]["generation"])
             self._download(manifest, found[manifest])
-            self._committed = json.loads((self.staging / manifest).read_text())["checkpoints"]
+            self._committed = CheckpointStore(self.staging / CHECKPOINT_DIR).entries()
         for entry in self._committed:  # in the bucket and committed: never uploaded again, even if not pulled
-            self._published |= {(rel, sha) for rel, sha in entry_files(entry).items() if f"{CHECKPOINTS}/{rel}" in found}
+            self._published |= {(rel, sha) for rel, sha in entry_files(entry).items()
+                                if f"{CHECKPOINT_DIR}/{rel}" in found}
         listed = _object_names(self._committed)
-        leftovers = sorted(rel for rel in found if rel.startswith(CHECKPOINTS + "/") and rel not in listed)
+        leftovers = sorted(rel for rel in found if rel.startswith(CHECKPOINT_DIR + "/") and rel not in listed)
         if leftovers and owner:  # a save killed before its commit; no writer of this run is alive now
             self.fs.rm([self.remote.object_path(rel) for rel in leftovers])
             log.info("removed %d uncommitted checkpoint objects from %s: %s", len(leftovers), self.remote.url,
                      ", ".join(leftovers[:5]) + (" ..." if len(leftovers) > 5 else ""))
         for entry in reversed(self._committed):  # newest first, until one hash-verifies
             files = entry_files(entry)
-            if not all(f"{CHECKPOINTS}/{rel}" in found for rel in files):
+            if not all(f"{CHECKPOINT_DIR}/{rel}" in found for rel in files):
                 log.warning("checkpoint %s/%s/%s is listed in the manifest but objects are missing; trying an "
-                            "older one", self.remote.url, CHECKPOINTS, entry["file"])
+                            "older one", self.remote.url, CHECKPOINT_DIR, entry["file"])
                 continue
             for rel in files:
-                pulled += self._download(f"{CHECKPOINTS}/{rel}", found[f"{CHECKPOINTS}/{rel}"])
-            if all(_sha256(self.staging / CHECKPOINTS / rel) == sha for rel, sha in files.items()):
+                pulled += self._download(f"{CHECKPOINT_DIR}/{rel}", found[f"{CHECKPOINT_DIR}/{rel}"])
+            if all(_sha256(self.staging / CHECKPOINT_DIR / rel) == sha for rel, sha in files.items()):
                 break
             # the resume (trainer.checkpoint.policy) reports the mismatch, naming the file, and goes on
         seconds = time.perf_counter() - started
@@ -143,7 +145,7 @@ class RunMirror:
         `everything` False (processes other than 0) only this process's workers/<index>/."""
         for path in sorted(p for p in self.staging.rglob("*") if p.is_file()):
             rel = path.relative_to(self.staging).as_posix()
-            if rel.startswith(CHECKPOINTS + "/") or path.name.startswith(".tmp-"):
+            if rel.startswith(CHECKPOINT_DIR + "/") or path.name.startswith(TMP_PREFIX):
                 continue
             if not everything and not rel.startswith(self._worker_dir + "/"):
                 continue
@@ -166,10 +168,10 @@ class RunMirror:
             newest = self._committed[-1]["file"] if self._committed else None
             kept = f"its newest committed checkpoint, {newest}, is intact" if newest else "it has no checkpoint yet"
             raise CheckpointError(
-                f"cannot upload the checkpoint to {self.remote.url}/{CHECKPOINTS} ({type(exc).__name__}: "
+                f"cannot upload the checkpoint to {self.remote.url}/{CHECKPOINT_DIR} ({type(exc).__name__}: "
                 f"{' '.join(str(exc).split())}), even after retrying with backoff. The bucket was not changed "
                 f"in a way that counts: {kept}; the new checkpoint is committed locally in "
-                f"{self.staging / CHECKPOINTS}. Fix: restore access to the bucket, then rerun with --resume auto."
+                f"{self.staging / CHECKPOINT_DIR}. Fix: restore access to the bucket, then rerun with --resume auto."
             ) from exc
         if uploaded:
             seconds = time.perf_counter() - started
@@ -177,8 +179,7 @@ class RunMirror:
                      seconds, uploaded / 1e6 / max(seconds, 1e-9))
 
     def _publish(self) -> int:
-        local = self.staging / CHECKPOINTS
-        entries = json.loads((local / MANIFEST).read_text())["checkpoints"] if (local / MANIFEST).exists() else []
+        entries = CheckpointStore(self.staging / CHECKPOINT_DIR).entries()
         named = {rel for e in self._committed for rel in entry_files(e)}
         ready, later, uploaded = [], [], 0
         for entry in entries:
@@ -195,7 +196,7 @@ class RunMirror:
         if entries != self._committed:
             self._commit(entries)
         listed = _object_names(entries)
-        unlisted = [rel for rel in self._list(CHECKPOINTS) if rel not in listed and f"/{PENDING}/" not in f"/{rel}"]
+        unlisted = [rel for rel in self._list(CHECKPOINT_DIR) if rel not in listed and f"/{PENDING}/" not in f"/{rel}"]
         if unlisted:  # pruned (keep_last) or retired entries: forget first (committed above), delete after
             self.fs.rm([self.remote.object_path(rel) for rel in unlisted])
         return uploaded
@@ -204,7 +205,7 @@ class RunMirror:
         """Upload checkpoint files and check each object's MD5 against the local file."""
         total = 0
         for rel, sha in sorted(files.items()):
-            path, target = self.staging / CHECKPOINTS / rel, self.remote.object_path(f"{CHECKPOINTS}/{rel}")
+            path, target = self.staging / CHECKPOINT_DIR / rel, self.remote.object_path(f"{CHECKPOINT_DIR}/{rel}")
             self.fs.put_file(str(path), target)
             expected, stored = md5_base64(path), self.fs.info(target).get("md5Hash")
             if stored != expected:
@@ -219,7 +220,7 @@ class RunMirror:
 
     def _commit(self, entries: list[dict]) -> None:
         data = (json.dumps(manifest_document(entries), indent=2) + "\n").encode()
-        path = self.remote.object_path(f"{CHECKPOINTS}/{MANIFEST}")
+        path = self.remote.object_path(f"{CHECKPOINT_DIR}/{MANIFEST}")
         try:
             self._generation = upload_if_generation(self.fs, path, data, self._generation)
         except FileExistsError:
@@ -242,11 +243,11 @@ class RunMirror:
         """
         local = {f"{name}/{file}": recorded["sha256"] for file, recorded in files.items()}
         self._upload({rel: sha for rel, sha in local.items() if (rel, sha) not in self._published})
-        note = f"{CHECKPOINTS}/{PENDING}/{name}/process-{process_index:05d}.json"
+        note = f"{CHECKPOINT_DIR}/{PENDING}/{name}/process-{process_index:05d}.json"
         self.fs.pipe_file(self.remote.object_path(note), json.dumps(files).encode())
         if process_index != 0:
             return None
-        notes = f"{CHECKPOINTS}/{PENDING}/{name}/"
+        notes = f"{CHECKPOINT_DIR}/{PENDING}/{name}/"
         deadline = time.monotonic() + timeout
         while True:
             found = sorted(self._list(notes.rstrip("/")))
@@ -267,10 +268,10 @@ class RunMirror:
         entry = {"file": name, "sha256": files_digest(merged), "bytes": sum(f["bytes"] for f in merged.values()),
                  "files": merged, **meta, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         if not self._committed and not self._generation:
-            self._generation = live_generation(self.fs, self.remote.object_path(f"{CHECKPOINTS}/{MANIFEST}"))
+            self._generation = live_generation(self.fs, self.remote.object_path(f"{CHECKPOINT_DIR}/{MANIFEST}"))
             if self._generation:
                 self._committed = json.loads(self.fs.cat_file(
-                    self.remote.object_path(f"{CHECKPOINTS}/{MANIFEST}")))["checkpoints"]
+                    self.remote.object_path(f"{CHECKPOINT_DIR}/{MANIFEST}")))["checkpoints"]
         self._commit([e for e in self._committed if e["file"] != name] + [entry])
         self.fs.rm([self.remote.object_path(rel) for rel in found])
         return entry
@@ -286,7 +287,7 @@ class RunMirror:
         prefix = self.remote.object_path("")
         return {path[len(prefix):]: info for path, info in found.items()
                 if path.startswith(prefix) and info.get("type") != "directory"
-                and not path[len(prefix):].startswith(".write-probe-")}
+                and not path[len(prefix):].startswith(PROBE_PREFIX)}
 
     def _download(self, rel: str, info: dict) -> int:
         target = self.staging / rel
@@ -299,7 +300,7 @@ class RunMirror:
 
 def _object_names(entries: list[dict]) -> set[str]:
     """Every object (relative to the run) a manifest listing `entries` names, the manifest included."""
-    return {f"{CHECKPOINTS}/{rel}" for e in entries for rel in entry_files(e)} | {f"{CHECKPOINTS}/{MANIFEST}"}
+    return {f"{CHECKPOINT_DIR}/{rel}" for e in entries for rel in entry_files(e)} | {f"{CHECKPOINT_DIR}/{MANIFEST}"}
 
 
 def _sha256(path: Path) -> str:
