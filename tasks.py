@@ -130,7 +130,7 @@ def reproduce(c, run_dir, out="runs"):
 def _image_options(base_image: str, ca_bundle: str, index_url: str, no_cache: bool = False):
     from pathlib import Path
 
-    from tooling.image import DEFAULT_INDEX_URL, BuildOptions
+    from tooling.docker.image import DEFAULT_INDEX_URL, BuildOptions
 
     return BuildOptions(base_image=base_image or None,
                         ca_bundle=Path(ca_bundle) if ca_bundle else None,
@@ -146,7 +146,7 @@ def _image_options(base_image: str, ca_bundle: str, index_url: str, no_cache: bo
 })
 def image_build(c, version="", base_image="", ca_bundle="", index_url="", no_cache=False):
     """Build tpu-trainer:<version> (and an immutable <version>-<git sha> tag) via the Docker SDK."""
-    from tooling.image import build_image
+    from tooling.docker.image import build_image
     from tooling.versions import get_pair
 
     with _tooling_errors():
@@ -157,7 +157,7 @@ def image_build(c, version="", base_image="", ca_bundle="", index_url="", no_cac
                                "force": "make it again even if TAG exists (invalidates build caches)"})
 def image_base(c, tag="tpu-trainer-base:3.11-bookworm", mirror="http://deb.debian.org/debian", force=False):
     """Make an offline equivalent of python:3.11-slim-bookworm (debootstrap + import; needs root)."""
-    from tooling.base_image import make_base_image
+    from tooling.docker.base_image import make_base_image
 
     with _tooling_errors():
         make_base_image(tag, mirror=mirror, force=force)
@@ -173,8 +173,8 @@ def image_push(c, registry, version="", username=""):
     """Push tpu-trainer:<version> and its immutable tag; verify each digest by pulling it back."""
     import os
 
-    from tooling.image import git_revision, image_tags
-    from tooling.registry import push_image
+    from tooling.docker.image import git_revision, image_tags
+    from tooling.docker.registry import push_image
     from tooling.versions import get_pair
 
     auth = None
@@ -203,7 +203,7 @@ def image_run(c, version="", run_root="runs", tpu=False, cpu=False, shm_size="16
     """
     from pathlib import Path
 
-    from tooling.container import RunSpec, image_reference, run_container, tpu_host, with_profile
+    from tooling.docker.container import RunSpec, image_reference, run_container, tpu_host, with_profile
     from tooling.versions import get_pair
 
     args = shlex.split(c.remainder) or ["--help"]
@@ -227,7 +227,7 @@ def image_matrix(c, versions="", max_epochs=0, run_root="runs/matrix"):
     import time
     from pathlib import Path
 
-    from tooling.matrix import cells, run_cell, table
+    from tooling.docker.matrix import cells, run_cell, table
     from tooling.versions import get_pair, load_pairs
 
     with _tooling_errors():
@@ -248,7 +248,7 @@ def image_matrix(c, versions="", max_epochs=0, run_root="runs/matrix"):
 })
 def image_test(c, base_image="", ca_bundle="", index_url=""):
     """Build the default pair's image, then run the Docker-marked tests against it."""
-    from tooling.image import build_image
+    from tooling.docker.image import build_image
     from tooling.versions import get_pair
 
     with _tooling_errors():
@@ -284,7 +284,7 @@ _WHERE_HELP = {
         "(--no-privileged: for hosts that forbid it)",
         "job": "job name for containers/pidfiles on the workers (default: time + random)",
         "entrypoint": "the engine CLI on the hosts, used with --image none",
-        "env": "NAME=VALUE from trainer/env_vars.py for every worker (repeatable)",
+        "env": "NAME=VALUE from trainer/runtime/env_vars.py for every worker (repeatable)",
         "volume": "HOST:CONTAINER[:ro] mount for the container, e.g. for checkpoints (repeatable)",
         "grace": "seconds a stopped worker gets between SIGTERM and SIGKILL",
     },
@@ -301,10 +301,10 @@ def pod(c, tpu="", zone="", project="", hosts="", image="tpu-trainer:2.9", setup
     logs stream back prefixed `[worker N]`; if one worker fails the others are stopped and
     the command exits non-zero.
     """
-    from tooling import pod as launcher
-    from tooling import transports
-    from tooling.pod_command import PodSpec
-    from tooling.slice_size import parse_slice_size
+    from tooling.pod import launch as launcher
+    from tooling.pod import transports
+    from tooling.pod.commands import PodSpec
+    from tooling.pod.slice_size import parse_slice_size
 
     with _tooling_errors():
         spec = PodSpec(
@@ -335,7 +335,7 @@ def tpu_clean(c, tpu="", zone="", project="", hosts="", grace=10, list_only=Fals
     Without --tpu/--hosts it cleans this machine; with them, every worker. It lists what it
     stops and never signals a process it did not see holding the TPU.
     """
-    from tooling import tpu_clean as cleaner
+    from tooling.pod import tpu_clean as cleaner
 
     with _tooling_errors():
         if not tpu and not hosts:

@@ -17,7 +17,7 @@ CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
 @pytest.fixture(scope="session")
 def client():
-    from tooling.docker_client import connect
+    from tooling.docker.client import connect
 
     return connect()  # a ToolingError here fails the run: `make test-image` needs a daemon
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from trainer.batches import FixedShapeBatches, map_tensors, pad_batch
+from trainer.data.batches import FixedShapeBatches, map_tensors, pad_batch
 
 Pair = namedtuple("Pair", "x y")
 

@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from trainer import atomic_files
+from trainer.outputs import atomic_files
 from trainer.checkpoint import io as checkpoint
 from trainer.checkpoint.store import MANIFEST, CheckpointError, CheckpointStore
 from trainer.checkpoint.policy import find_resume

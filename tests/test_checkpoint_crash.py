@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from checkpoint_helpers import BIG, finish, run, start, steps, text, train_argv, wait_for
-from trainer.atomic_files import TMP_PREFIX
+from trainer.outputs.atomic_files import TMP_PREFIX
 from trainer.checkpoint.store import CheckpointStore
 
 pytestmark = pytest.mark.slow

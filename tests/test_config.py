@@ -51,7 +51,7 @@ def test_bad_yaml_file_is_a_clear_error(tmp_path):
 
 def test_validation_imports_no_torch():
     code = (
-        "import sys; from trainer.config import load_job_config; from trainer.runtime import plan_runtime;"
+        "import sys; from trainer.config import load_job_config; from trainer.runtime.startup import plan_runtime;"
         "plan_runtime(load_job_config(None, {'trainer.devices': 8}).trainer.devices, 'cpu');"
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )

@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from trainer.batches import FixedShapeBatches
-from trainer.device_loader import BatchTransfer, DeviceLoader
+from trainer.data.batches import FixedShapeBatches
+from trainer.data.device_loader import BatchTransfer, DeviceLoader
 
 
 @dataclass

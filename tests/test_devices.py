@@ -1,7 +1,7 @@
 """CORES parsing against a host's device count. `pytest tests/test_devices.py` (no torch)."""
 import pytest
 
-from trainer.devices import DeviceSelection, select_devices
+from trainer.runtime.devices import DeviceSelection, select_devices
 from trainer.errors import UserError
 
 

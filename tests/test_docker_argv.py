@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tooling import pod_command as pc
+from tooling.pod import commands as pc
 
 pytestmark = pytest.mark.skipif(shutil.which("docker") is None, reason="needs the docker client on PATH (no daemon)")
 
@@ -54,7 +54,7 @@ def test_every_shm_size_we_take_docker_takes(size: str, tmp_path: Path) -> None:
     # `invoke run` hands the same text to the Docker SDK, which converts it itself.
     from docker.types import HostConfig
 
-    from tooling.container import RunSpec
+    from tooling.docker.container import RunSpec
 
     run = RunSpec("tpu-trainer:2.9", ("train",), tmp_path, tpu=True, shm_size=size)
     assert HostConfig(version="1.41", shm_size=run.shm_size)["ShmSize"] >= 64 * 2**20

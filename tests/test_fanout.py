@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import time
 
-from tooling.fanout import fan_out
+from tooling.pod.fanout import fan_out
 
 
 def bash(script: str) -> list[str]:

@@ -20,7 +20,7 @@ import pytest
 
 from checkpoint_helpers import BIG, REPO, finish, run, start, steps, text, train_argv, wait_for
 from conftest import run_cli
-from trainer.atomic_files import TMP_PREFIX
+from trainer.outputs.atomic_files import TMP_PREFIX
 from trainer.checkpoint.store import CheckpointStore
 
 pytestmark = pytest.mark.slow

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from pod_probe import invoke
-from tooling import pod_command as pc
-from tooling.pod import plan, stop_argv
-from tooling.tpu_clean import remote_command
-from tooling.transports import GcloudTransport
+from tooling.pod import commands as pc
+from tooling.pod.launch import plan, stop_argv
+from tooling.pod.tpu_clean import remote_command
+from tooling.pod.transports import GcloudTransport
 
 GCLOUD = Path("/usr/bin/gcloud")
 pytestmark = pytest.mark.skipif(

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from image_fixtures import CA_BUNDLE, base_image, client, copy_sources, image, pair  # noqa: F401
 
-from tooling.container import RunSpec, run_container
-from tooling.image import LABEL_PREFIX, BuildOptions, build_image
-from tooling.matrix import MIN_VAL_ACCURACY, Cell, run_cell
+from tooling.docker.container import RunSpec, run_container
+from tooling.docker.image import LABEL_PREFIX, BuildOptions, build_image
+from tooling.docker.matrix import MIN_VAL_ACCURACY, Cell, run_cell
 
 pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parent.parent

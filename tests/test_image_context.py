@@ -12,7 +12,7 @@ import time
 
 from image_fixtures import copy_sources
 
-from tooling.image import CA_IN_CONTEXT, SOURCE_DATE_EPOCH, GitRevision, _write_context, image_tags
+from tooling.docker.image import CA_IN_CONTEXT, SOURCE_DATE_EPOCH, GitRevision, _write_context, image_tags
 from tooling.versions import get_pair
 
 

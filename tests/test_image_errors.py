@@ -48,7 +48,7 @@ def test_no_docker_daemon(task, tmp_path):
 def test_run_with_missing_local_image_leaves_nothing(tmp_path):
     import docker
 
-    from tooling.container import RunSpec, run_container
+    from tooling.docker.container import RunSpec, run_container
     from tooling.errors import ToolingError
 
     client = docker.from_env()

@@ -95,7 +95,7 @@ def test_a_per_step_schedule_from_0_to_0_moves_every_step_and_compiles_nothing_a
 
 def test_without_the_engine_a_rate_of_exactly_0_compiles_again(xla_device):
     """Negative control: the same schedule in a plain torch_xla loop compiles when it leaves 0."""
-    from trainer import backend
+    from trainer.runtime import backend
 
     seed_everything(0)
     module = Scheduled().to(xla_device)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainer.model_setup import move_module, repoint_optimizer, unique_parameter_count
+from trainer.fit.model_setup import move_module, repoint_optimizer, unique_parameter_count
 
 
 class TiedLM(nn.Module):

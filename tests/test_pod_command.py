@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from pod_probe import ROOT, invoke
-from tooling import pod_command as pc
+from tooling.pod import commands as pc
 from tooling.errors import ToolingError
-from tooling.pod import plan
-from tooling.slice_size import parse_slice_size
-from tooling.transports import Host, SshTransport, choose, parse_hosts
+from tooling.pod.launch import plan
+from tooling.pod.slice_size import parse_slice_size
+from tooling.pod.transports import Host, SshTransport, choose, parse_hosts
 
 
 def test_each_of_four_workers_gets_its_index_the_count_and_the_image() -> None:
@@ -85,7 +85,7 @@ def test_bad_host_lists_are_refused(hosts: str, says: str) -> None:
     [
         ({"job": "Bad_Name"}, "Job name 'Bad_Name' is not allowed"),
         ({"env": (("TPU_TRAINER_PROCESS_INDEX", "3"),)}, "the launcher sets"),
-        ({"env": (("MY_SECRET", "x"),)}, "only variables named in trainer/env_vars.py"),
+        ({"env": (("MY_SECRET", "x"),)}, "only variables named in trainer/runtime/env_vars.py"),
         ({"volumes": ("/data",)}, "HOST:CONTAINER"),
         ({"grace_seconds": 0}, "at least 1 second"),
         ({"image": "tpu-trainer:2.9"}, "names no registry"),
@@ -130,7 +130,7 @@ def test_unreadable_setup_script_through_the_cli() -> None:
 
 def test_the_launcher_imports_no_torch() -> None:
     # `invoke pod` refuses bad input in milliseconds; importing torch_xla takes seconds.
-    code = "import sys, tooling.pod, tooling.tpu_clean, tooling.transports; assert 'torch' not in sys.modules"
+    code = "import sys, tooling.pod.launch, tooling.pod.tpu_clean, tooling.pod.transports; assert 'torch' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
 
 
@@ -201,7 +201,7 @@ def test_the_run_dir_warning_through_the_cli() -> None:
 
 
 def test_invoke_run_refuses_a_bad_shm_size_before_docker() -> None:
-    from tooling.container import RunSpec
+    from tooling.docker.container import RunSpec
 
     with pytest.raises(ToolingError, match=re.escape("--shm-size '16' is not a size")):
         RunSpec("tpu-trainer:2.9", ("train",), Path("runs"), tpu=True, shm_size="16")

@@ -1,7 +1,7 @@
 """Four simulated pod workers load disjoint slices that cover the data (run: `pytest tests/test_pod_sharding.py`).
 
 `invoke pod` gives each worker its index and the count; the engine shards its loader with
-`trainer.sampling`. Here four "workers" are four samplers/loaders in one process.
+`trainer.data.sampling`. Here four "workers" are four samplers/loaders in one process.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
-from trainer.sampling import ShardedSampler, shard_loader
+from trainer.data.sampling import ShardedSampler, shard_loader
 
 WORKERS = 4
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from trainer.errors import UserError
-from trainer.precision import BF16_MIXED, BF16_TRUE, FP32, Precision, canonical_precision
+from trainer.fit.precision import BF16_MIXED, BF16_TRUE, FP32, Precision, canonical_precision
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,9 @@ import signal
 import pytest
 
 from checkpoint_helpers import BIG, finish, start, text, train_argv, wait_for
-from trainer.atomic_files import TMP_PREFIX
+from trainer.outputs.atomic_files import TMP_PREFIX
 from trainer.checkpoint.store import CheckpointStore
-from trainer.preemption import EXIT_CODES
+from trainer.fit.preemption import EXIT_CODES
 
 pytestmark = pytest.mark.slow
 

@@ -3,9 +3,9 @@ import subprocess
 
 import pytest
 
-from trainer import env_vars
+from trainer.runtime import env_vars
 from trainer.errors import UserError
-from trainer.profiles import available_profiles, check_runtime_supported, env_dir, export_lines, load_profile
+from trainer.runtime.profiles import available_profiles, check_runtime_supported, env_dir, export_lines, load_profile
 
 
 def test_shipped_profiles_load_and_use_only_known_variables():

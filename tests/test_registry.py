@@ -23,7 +23,7 @@ import pytest
 from image_fixtures import base_image, client, image, pair  # noqa: F401
 
 from tooling.errors import ToolingError
-from tooling.registry import push_image
+from tooling.docker.registry import push_image
 
 pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parent.parent

@@ -8,8 +8,8 @@ import pytest
 
 from tooling.errors import ToolingError
 from tooling.reproduce import compare, job_for_reproduction, read_manifest
-from trainer import env_vars
-from trainer.run_manifest import git_state, image_state
+from trainer.runtime import env_vars
+from trainer.outputs.run_manifest import git_state, image_state
 
 HEADER = "global_step,epoch,loss\n"
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from trainer.errors import UserError
-from trainer.runtime import default_profile_name, plan_runtime, tpu_host_devices
+from trainer.runtime.startup import default_profile_name, plan_runtime, tpu_host_devices
 
 
 def test_cpu_host_defaults_to_the_cpu_profile_and_says_why():
@@ -61,7 +61,7 @@ def test_explicit_pjrt_tpu_never_falls_back_to_cpu():
 
 
 def test_launcher_topology_must_match_the_runtime():
-    from trainer.runtime import check_launcher_topology
+    from trainer.runtime.startup import check_launcher_topology
 
     check_launcher_topology(0, 1, {})
     check_launcher_topology(1, 2, {"TPU_TRAINER_PROCESS_INDEX": "1", "TPU_TRAINER_PROCESS_COUNT": "2"})

@@ -5,7 +5,7 @@ Coverage across 4 simulated processes is in tests/test_pod_sharding.py.
 import torch
 from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
 
-from trainer.sampling import ShardedSampler, shard_loader
+from trainer.data.sampling import ShardedSampler, shard_loader
 
 DATA = TensorDataset(torch.arange(103))
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from pod_probe import ROOT, alive, invoke
-from tooling import tpu_clean
-from trainer import tpu_host
+from tooling.pod import tpu_clean
+from trainer.runtime import tpu_host
 
 HOLD_FILE = """
 import sys, time, signal
@@ -75,7 +75,7 @@ def test_finds_exactly_the_holders_and_why(fake_tpu) -> None:
 
 def test_cli_lists_then_stops_holders_and_never_the_bystander(fake_tpu) -> None:
     globs, started, _ = fake_tpu
-    args = [sys.executable, "-m", "tooling.tpu_clean", "--grace", "1"]
+    args = [sys.executable, "-m", "tooling.pod.tpu_clean", "--grace", "1"]
     for g in globs:
         args += ["--device-glob", g]
     listed = subprocess.run([*args, "--list-only"], capture_output=True, text=True, cwd=ROOT)
@@ -155,7 +155,7 @@ def test_the_shipped_program_runs_on_a_bare_python_and_finds_the_holders(fake_tp
     for name in ("accel", "vfio", "libtpu"):
         assert f"holds pid {started[name].pid} " in done.stdout
     # Negative control: tpu_clean.py alone (the old shipment) cannot import tpu_host there.
-    alone = run_as_a_worker(tpu_clean.shipped_program(("tooling.tpu_clean",)), "--list-only", cwd=tmp)
+    alone = run_as_a_worker(tpu_clean.shipped_program(("tooling.pod.tpu_clean",)), "--list-only", cwd=tmp)
     assert alone.returncode == 1 and "No module named 'trainer'" in alone.stderr
 
 

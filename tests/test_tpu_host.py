@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tooling import container, tpu_clean
-from trainer import env_vars, runtime, tpu_host
+from tooling.docker import container
+from tooling.pod import tpu_clean
+from trainer.runtime import env_vars
+from trainer.runtime import startup as runtime
+from trainer.runtime import tpu_host
 
 TREES = {
     "no devices": ((), False),

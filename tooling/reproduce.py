@@ -86,7 +86,7 @@ def reproduce(run_dir: Path, out_root: Path, log=print) -> Comparison:
     job_file.write_text(yaml.safe_dump(job, sort_keys=False))
     image = manifest.get("image")
     if image:
-        from tooling.container import RUNS_IN_CONTAINER, RunSpec, run_container
+        from tooling.docker.container import RUNS_IN_CONTAINER, RunSpec, run_container
 
         reference = image.get("digest") or image["tag"]
         log(f"re-running {run_dir} in image {reference} (recorded tag {image['tag']})")

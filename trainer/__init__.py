@@ -1,9 +1,12 @@
 """tpu-trainer: a PyTorch/XLA training engine. `from trainer import Trainer, TrainModule`.
 
 Imports are lazy so that config parsing and validation (`trainer.config`,
-`trainer.runtime` planning) never pay for importing torch.
+`trainer.runtime.startup` planning) never pay for importing torch.
 """
+from trainer import moved
 from trainer.errors import UserError
+
+moved.install()  # `trainer.loop`, `trainer.session`, ... keep resolving at their new homes
 
 __all__ = ["Trainer", "TrainModule", "FitResult", "TrainingInterrupted", "UserError", "seed_everything",
            "notebook_launch"]
@@ -15,15 +18,15 @@ def __getattr__(name: str):
 
         return Trainer
     if name == "FitResult":
-        from trainer.session import FitResult
+        from trainer.fit.session import FitResult
 
         return FitResult
     if name == "seed_everything":  # call before building the model: same seed, same initial weights
-        from trainer.seeding import seed_everything
+        from trainer.runtime.seeding import seed_everything
 
         return seed_everything
     if name == "TrainingInterrupted":  # fit() stopped by SIGTERM/SIGINT after saving a checkpoint
-        from trainer.preemption import TrainingInterrupted
+        from trainer.fit.preemption import TrainingInterrupted
 
         return TrainingInterrupted
     if name == "TrainModule":
@@ -31,7 +34,7 @@ def __getattr__(name: str):
 
         return TrainModule
     if name == "notebook_launch":  # train from a Jupyter kernel in a fresh child process
-        from trainer.notebook import notebook_launch
+        from trainer.runtime.notebook import notebook_launch
 
         return notebook_launch
     raise AttributeError(f"module 'trainer' has no attribute {name!r}")

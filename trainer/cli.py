@@ -138,7 +138,7 @@ def job_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def run_train(args: argparse.Namespace) -> int:
     from trainer.config import load_job_config
     from trainer.engine import Trainer
-    from trainer.seeding import seed_everything
+    from trainer.runtime.seeding import seed_everything
     from trainer.spelling import Spelling
 
     job = load_job_config(args.config, job_overrides(args))
@@ -146,7 +146,7 @@ def run_train(args: argparse.Namespace) -> int:
     trainer.check_run_dir()  # a gs:// bucket that cannot be written fails before the model is even built
     seed_everything(job.trainer.seed)  # the module's initial weights: same seed, same weights
     module = instantiate_module(job.module, job.module_args)
-    from trainer.preemption import TrainingInterrupted
+    from trainer.fit.preemption import TrainingInterrupted
 
     try:
         result = trainer.fit(module)
@@ -179,7 +179,7 @@ def instantiate_module(spec: str, module_args: dict) -> Any:
 
 
 def run_env(args: argparse.Namespace) -> int:
-    from trainer.profiles import check_runtime_supported, export_lines, load_profile
+    from trainer.runtime.profiles import check_runtime_supported, export_lines, load_profile
 
     profile = load_profile(args.profile)
     check_runtime_supported(profile)
@@ -188,7 +188,7 @@ def run_env(args: argparse.Namespace) -> int:
 
 
 def run_preflight(args: argparse.Namespace) -> int:
-    from trainer.runtime import check_version_pair
+    from trainer.runtime.startup import check_version_pair
 
     torch_version, xla_version = check_version_pair()
     print(f"torch {torch_version} + torch_xla {xla_version}: a matched pair")

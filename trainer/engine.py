@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from trainer.config import JobConfig, TrainerConfig
-from trainer.runtime import RuntimePlan, apply_environment, plan_runtime, start_xla
+from trainer.runtime.startup import RuntimePlan, apply_environment, plan_runtime, start_xla
 from trainer.spelling import Spelling
 from trainer.trainer_options import split_options
 
@@ -68,7 +68,7 @@ class Trainer:
         diagnostics = RunDiagnostics(self.job.diagnostics, self.config.log_every_n_steps)
         apply_environment(self.plan, diagnostics.environment())  # debug mode's XLA variables too
         runtime = start_xla(self.plan)
-        from trainer.session import FitSession
+        from trainer.fit.session import FitSession
 
         return FitSession(self.job, self.plan, runtime, diagnostics, mirror).run(module, train_dataloaders,
                                                                                  val_dataloaders)
@@ -76,7 +76,7 @@ class Trainer:
 
 def __getattr__(name: str) -> Any:  # FitResult lives with the session (it imports torch)
     if name == "FitResult":
-        from trainer.session import FitResult
+        from trainer.fit.session import FitResult
 
         return FitResult
     raise AttributeError(name)

@@ -16,7 +16,7 @@ A module is an `nn.Module` with three methods and optional hooks:
 - `configure_optimizers()` returns an optimizer, `(optimizer, scheduler)`, or Lightning's
   `{"optimizer": ..., "lr_scheduler": {"scheduler": s, "interval": "step"}}`. It is called
   after the move to the device, so it sees the device parameters; a scheduler steps per
-  epoch unless its dict says `"interval": "step"` (`trainer.schedules`).
+  epoch unless its dict says `"interval": "step"` (`trainer.fit.schedules`).
 
 Data: hand `DataLoader`s to `Trainer.fit`, or define `train_dataloader()` and
 `val_dataloader()` (required when the job is started from the CLI).

@@ -1,4 +1,4 @@
-"""Checkpoint files that are whole or absent (written through `trainer.atomic_files`).
+"""Checkpoint files that are whole or absent (written through `trainer.outputs.atomic_files`).
 
 The SHA-256 of what was written is returned so callers can record and verify it:
 `torch.load` accepts a flipped byte without complaint. Which files count as checkpoints
@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from trainer.atomic_files import TMP_PREFIX, atomic_writer
-from trainer.batches import map_tensors
+from trainer.outputs.atomic_files import TMP_PREFIX, atomic_writer
+from trainer.data.batches import map_tensors
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from trainer.atomic_files import TMP_PREFIX, fsync_dir
+from trainer.outputs.atomic_files import TMP_PREFIX, fsync_dir
 from trainer.checkpoint.io import save_atomic, sha256_of
 from trainer.checkpoint.store import CheckpointError, load_host_state, read_verified
 

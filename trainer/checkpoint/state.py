@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from trainer import backend
+from trainer.runtime import backend
 from trainer.checkpoint.io import to_cpu
 
 STATE_FORMAT = 1

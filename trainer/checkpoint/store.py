@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.atomic_files import TMP_PREFIX, fsync_dir, write_json_atomic
+from trainer.outputs.atomic_files import TMP_PREFIX, fsync_dir, write_json_atomic
 from trainer.checkpoint.io import clean_temporaries, save_atomic
 from trainer.errors import UserError
 

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer import backend
+from trainer.runtime import backend
 from trainer.diagnostics import compile_cache, xla_metrics
 from trainer.diagnostics.host_reads import HostReadTracker
 from trainer.diagnostics.profile_window import ProfilerCapture, StepWindow

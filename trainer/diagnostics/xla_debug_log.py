@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer import env_vars
+from trainer.runtime import env_vars
 
 # Frames inside these packages are the machinery; the first frame outside is the culprit.
 _MACHINERY = re.compile(r"[/\\](torch|torch_xla|tqdm|concurrent)[/\\]|[/\\]threading\.py:|"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Mapping
 
-from trainer import backend
+from trainer.runtime import backend
 
 SCALAR_READ_OP = "aten::_local_scalar_dense"
 _HOST_READ_COUNTER = "xla::_to_cpu"

@@ -1,7 +1,7 @@
 """Where a run's outputs live: a local directory, or a Cloud Storage URL and its staging copy.
 
 Every writer of the engine (CSV files, TensorBoard, torch.save, torch.distributed.checkpoint)
-writes local files with the whole-or-absent rules of `trainer.atomic_files`. A `gs://` run
+writes local files with the whole-or-absent rules of `trainer.outputs.atomic_files`. A `gs://` run
 directory keeps those rules: the engine writes into a local staging directory and
 `trainer.storage.mirror` publishes it to the bucket (checkpoints with their own commit
 rule). The staging copy is a cache: a resumed run refills it from the bucket. Imports no

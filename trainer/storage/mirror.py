@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.atomic_files import TMP_PREFIX
+from trainer.outputs.atomic_files import TMP_PREFIX
 from trainer.checkpoint.policy import CHECKPOINT_DIR
 from trainer.checkpoint.store import MANIFEST, CheckpointError, CheckpointStore, entry_files, manifest_document
 from trainer.errors import UserError

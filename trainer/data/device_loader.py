@@ -13,8 +13,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from trainer import backend
-from trainer.batches import map_tensors
+from trainer.runtime import backend
+from trainer.data.batches import map_tensors
 
 _DONE = object()
 

@@ -19,8 +19,8 @@ from typing import Any, Mapping
 
 from tqdm.auto import tqdm
 
-from trainer import backend
-from trainer.batches import FixedShapeBatches
+from trainer.runtime import backend
+from trainer.data.batches import FixedShapeBatches
 from trainer.checkpoint.policy import CHECKPOINT_DIR, Checkpointer, find_resume, run_dir_for
 from trainer.checkpoint.state import (
     SkipBatches, TrainState, capture_host_rng, loader_generators, restore_host_rng, restore_training_state,
@@ -28,20 +28,20 @@ from trainer.checkpoint.state import (
 )
 from trainer.checkpoint.store import CheckpointStore
 from trainer.config import JobConfig
-from trainer.env_vars import PJRT_DEVICE
-from trainer.device_loader import BatchTransfer, DeviceLoader
+from trainer.runtime.env_vars import PJRT_DEVICE
+from trainer.data.device_loader import BatchTransfer, DeviceLoader
 from trainer.errors import UserError
-from trainer.loop import DeviceAccumulators, EpochLoop, StepReporter
-from trainer.model_setup import move_module, repoint_optimizer
-from trainer.outputs import RunOutputs, default_run_dir, prepare_run_dir
+from trainer.fit.loop import DeviceAccumulators, EpochLoop, StepReporter
+from trainer.fit.model_setup import move_module, repoint_optimizer
+from trainer.outputs.run_outputs import RunOutputs, default_run_dir, prepare_run_dir
 from trainer.parallel.sharding import prepare_module, shard_gradients
-from trainer.precision import Precision
-from trainer.preemption import StopRequest, TrainingInterrupted
-from trainer.progress import Progress
-from trainer.run_manifest import record_resume, resolved_config, write_run_manifest
-from trainer.schedules import optimizers
-from trainer.sampling import shard_loader
-from trainer.seeding import seed_device, seed_everything
+from trainer.fit.precision import Precision
+from trainer.fit.preemption import StopRequest, TrainingInterrupted
+from trainer.fit.progress import Progress
+from trainer.outputs.run_manifest import record_resume, resolved_config, write_run_manifest
+from trainer.fit.schedules import optimizers
+from trainer.data.sampling import shard_loader
+from trainer.runtime.seeding import seed_device, seed_everything
 
 log = logging.getLogger(__name__)
 

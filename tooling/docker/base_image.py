@@ -15,7 +15,7 @@ from pathlib import Path
 
 from docker.errors import ImageNotFound
 
-from tooling.docker_client import connect
+from tooling.docker.client import connect
 from tooling.errors import ToolingError
 
 DEFAULT_TAG = "tpu-trainer-base:3.11-bookworm"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from trainer import backend
+from trainer.runtime import backend
 
 
 def seed_everything(seed: int) -> int:

@@ -7,11 +7,11 @@ The XLA rules, each with its reason:
 - No `.item()`/`.cpu()` in the loop: each would stall the host until the device
   finishes. Losses, norms and `self.log` values are read by an asynchronous step closure
   every `log_every_n_steps` optimizer steps; epoch sums by one read at the epoch's end.
-- Fixed shapes: batches arrive padded with a mask (`trainer.batches`), and the loss and
+- Fixed shapes: batches arrive padded with a mask (`trainer.data.batches`), and the loss and
   metrics are masked reductions, so the ragged last batch reuses the same graph.
 - Nothing new per step: device accumulators live for the whole run (created as device
   data, so their first use is the same graph as every later one), and the learning rate
-  reaches the graph as data, never as a constant (`trainer.schedules`).
+  reaches the graph as data, never as a constant (`trainer.fit.schedules`).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from trainer import backend
+from trainer.runtime import backend
 from trainer.errors import UserError
 
 
@@ -149,7 +149,7 @@ class EpochLoop:
                  accumulators: DeviceAccumulators, samples_per_step: int, schedule: Any,
                  gradient_clip_val: float = 0.0, after_backward: Callable[[], None] = lambda: None,
                  diagnostics: Any = None):
-        """`schedule`: the run's `trainer.schedules.LrSchedule`; `after_backward` runs between the last
+        """`schedule`: the run's `trainer.fit.schedules.LrSchedule`; `after_backward` runs between the last
         backward of a window and the optimizer step (e.g. shard the gradients); `diagnostics` (a
         `trainer.diagnostics.run.RunDiagnostics`) watches each batch from outside."""
         self.module, self.optimizer, self.precision = module, optimizer, precision
@@ -168,7 +168,7 @@ class EpochLoop:
 
     def train_epoch(self, loader: Any, progress: Any, bar: Any, rows_of: Callable[[int], int],
                     after_step: Callable[[], None] | None = None) -> None:
-        """Run the epoch's remaining batches, advancing `progress` (a `trainer.progress.Progress`).
+        """Run the epoch's remaining batches, advancing `progress` (a `trainer.fit.progress.Progress`).
 
         `rows_of(i)`: real rows of the epoch's batch i (known on the host), to weigh the batches of
         an accumulation window. `after_step()` runs after each optimizer step's sync: the only place

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from docker.errors import APIError, ImageNotFound
 
-from tooling.docker_client import connect, follow
+from tooling.docker.client import connect, follow
 from tooling.errors import ToolingError
 
 

@@ -2,7 +2,7 @@
 
 A profile names a runtime (`pjrt` or the legacy `xrt`), how many devices a host has,
 and the environment variables to set before torch_xla is imported. Every variable must
-be one `trainer.env_vars` knows. `${devices}` is the device count the run needs;
+be one `trainer.runtime.env_vars` knows. `${devices}` is the device count the run needs;
 `${NAME}` is taken from the caller's environment and must be set.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Mapping
 
 import yaml
 
-from trainer import env_vars
+from trainer.runtime import env_vars
 from trainer.errors import UserError
 
 RUNTIMES = ("pjrt", "xrt")
@@ -54,7 +54,7 @@ class Profile:
 def env_dir() -> Path:
     """`env/` beside the package (a checkout or our image), or `$TPU_TRAINER_ENV_DIR`."""
     override = os.environ.get(env_vars.TPU_TRAINER_ENV_DIR)
-    return Path(override) if override else Path(__file__).resolve().parent.parent / "env"
+    return Path(override) if override else Path(__file__).resolve().parents[2] / "env"
 
 
 def available_profiles(directory: Path | None = None) -> list[str]:
@@ -89,8 +89,8 @@ def load_profile(name: str, directory: Path | None = None) -> Profile:
     if bad:
         raise UserError(
             f"{where} sets {', '.join(bad)}, which tpu-trainer does not know (a typo would be "
-            "silently ignored by XLA). Allowed variables are the ones named in trainer/env_vars.py: "
-            f"{', '.join(sorted(env_vars.KNOWN))}. Fix the name, or add it to trainer/env_vars.py."
+            "silently ignored by XLA). Allowed variables are the ones named in trainer/runtime/env_vars.py: "
+            f"{', '.join(sorted(env_vars.KNOWN))}. Fix the name, or add it to trainer/runtime/env_vars.py."
         )
     per_host = data.get("devices_per_host", "auto")
     if per_host != "auto" and not (type(per_host) is int and per_host >= 1):

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Mapping
 
-from trainer import env_vars
-from trainer.devices import DeviceSelection, select_devices
+from trainer.runtime import env_vars
+from trainer.runtime.devices import DeviceSelection, select_devices
 from trainer.errors import UserError
 from trainer.parallel.mesh import DATA_PARALLEL, ParallelPlan, plan_parallel
-from trainer.profiles import Profile, check_runtime_supported, load_profile
+from trainer.runtime.profiles import Profile, check_runtime_supported, load_profile
 from trainer.spelling import Spelling
-from trainer.tpu_host import default_profile_name, tpu_host_devices
+from trainer.runtime.tpu_host import default_profile_name, tpu_host_devices
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 A container gets: the invoking user's uid:gid (so the host's run directory receives files
 that user owns), the host run root mounted at /work/runs, an explicit allowlist of the
 XLA runtime variables set on the host (torchprime's rule: nothing else leaks in), and on a
-TPU VM the flags pytorch/xla documents for TPU containers (`tooling.tpu_docker`).
+TPU VM the flags pytorch/xla documents for TPU containers (`tooling.docker.tpu_flags`).
 """
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from pathlib import Path
 
 from docker.errors import APIError, ImageNotFound
 
-from tooling.docker_client import connect
+from tooling.docker.client import connect
 from tooling.errors import ToolingError
-from tooling.tpu_docker import DEFAULT_SHM_SIZE, check_shm_size
-from trainer import env_vars
-from trainer.tpu_host import has_tpu_devices
+from tooling.docker.tpu_flags import DEFAULT_SHM_SIZE, check_shm_size
+from trainer.runtime import env_vars
+from trainer.runtime.tpu_host import has_tpu_devices
 
 RUNS_IN_CONTAINER = "/work/runs"
 
@@ -46,7 +46,7 @@ class RunSpec:
 
 
 def tpu_host(root: str = "/") -> bool:
-    """True on a TPU VM: TPU device files are attached (see `trainer.tpu_host`)."""
+    """True on a TPU VM: TPU device files are attached (see `trainer.runtime.tpu_host`)."""
     return has_tpu_devices(root)
 
 

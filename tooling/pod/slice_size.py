@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tooling.errors import ToolingError
-from trainer.tpu_host import AcceleratorType, AcceleratorTypeError, parse_accelerator_type
+from trainer.runtime.tpu_host import AcceleratorType, AcceleratorTypeError, parse_accelerator_type
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from docker.errors import APIError, ImageNotFound
 from docker.utils.build import exclude_paths
 
-from tooling.docker_client import connect, follow
+from tooling.docker.client import connect, follow
 from tooling.errors import ToolingError
 from tooling.versions import REPO_ROOT, VersionPair
 

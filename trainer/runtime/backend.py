@@ -1,7 +1,7 @@
 """The torch_xla calls the training loop, data path and checkpoints make, in one place.
 
 torch_xla 2.9 is its last release; a successor backend replaces this module (and
-`trainer.parallel.sharding`, `trainer.runtime.start_xla`), not the loop. Each function
+`trainer.parallel.sharding`, `trainer.runtime.startup.start_xla`), not the loop. Each function
 is a thin, named wrapper, imported lazily so that importing the engine costs nothing.
 """
 from __future__ import annotations

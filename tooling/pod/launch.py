@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass
 from typing import IO
 
-from tooling import pod_command as pc
+from tooling.pod import commands as pc
 from tooling.errors import ToolingError
-from tooling.fanout import Outcome, fan_out
-from tooling.transports import OFFLINE_HINT, GcloudTransport, Transport
+from tooling.pod.fanout import Outcome, fan_out
+from tooling.pod.transports import OFFLINE_HINT, GcloudTransport, Transport
 
 
 @dataclass(frozen=True)

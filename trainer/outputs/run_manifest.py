@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer import env_vars
-from trainer.atomic_files import write_json_atomic
+from trainer.runtime import env_vars
+from trainer.outputs.atomic_files import write_json_atomic
 
 FILE = "manifest.json"
 FORMAT = 1
@@ -28,7 +28,7 @@ FORMAT = 1
 
 def git_state(source: Path | None = None) -> dict | None:
     """{"revision", "dirty"} of the checkout holding the engine's code, or None if not one."""
-    source = source or Path(__file__).resolve().parent.parent
+    source = source or Path(__file__).resolve().parents[2]
     try:
         revision = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True,
                                   text=True, timeout=10, check=True).stdout.strip()

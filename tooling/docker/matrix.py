@@ -1,6 +1,6 @@
 """The CPU-XLA smoke matrix: every pair x CORES x PRECISION, each inside its pair's image.
 
-Each cell runs `tpu-trainer train` in a container (tooling.container), then reads the run's
+Each cell runs `tpu-trainer train` in a container (tooling.docker.container), then reads the run's
 `summary.json` from the mounted run directory. A cell passes when the container exits 0,
 validation accuracy reaches the engine's bar and no graph compiles after the first epoch.
 """
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tooling.container import RUNS_IN_CONTAINER, RunSpec, run_container
+from tooling.docker.container import RUNS_IN_CONTAINER, RunSpec, run_container
 from tooling.versions import VersionPair
 
 CORES = ("1", "8")

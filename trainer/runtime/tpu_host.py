@@ -5,7 +5,7 @@ The one home of TPU detection: the engine (profile choice, device count), `invok
 so they cannot disagree about what counts as a TPU.
 
 Standard library only, and nothing from the project: `invoke tpu-clean --tpu NAME` ships
-this file's source to every worker together with tooling/tpu_clean.py and runs both with
+this file's source to every worker together with tooling/pod/tpu_clean.py and runs both with
 the worker's `python3 -c`, where tpu-trainer is not installed.
 
 What a device file is: v2-v4 chips appear as /dev/accel<N>; v5e, v5p and v6e chips as
@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-# trainer/env_vars.py names every variable; this file cannot import it on a worker, so the
+# trainer/runtime/env_vars.py names every variable; this file cannot import it on a worker, so the
 # two it reads are spelled here (tests/test_tpu_host.py checks they still match).
 PJRT_DEVICE = "PJRT_DEVICE"
 TPU_ACCELERATOR_TYPE = "TPU_ACCELERATOR_TYPE"

@@ -4,7 +4,7 @@ A process holds the TPU if it has a TPU device open (/dev/accel*, /dev/vfio/<N>)
 libtpu.so mapped. Only processes identified that way are signalled, and each one's start
 time is checked again just before the signal so a recycled pid is never hit.
 
-Standard library only, plus trainer/tpu_host.py (which device files are a TPU's): `invoke
+Standard library only, plus trainer/runtime/tpu_host.py (which device files are a TPU's): `invoke
 tpu-clean --tpu NAME` sends both files' source to every worker as one program
 (`shipped_program`) and runs it there with `python3 -c`, where tpu-trainer is not installed.
 """
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
-from trainer.tpu_host import device_globs as tpu_device_globs
+from trainer.runtime.tpu_host import device_globs as tpu_device_globs
 
 DEVICE_GLOBS = tpu_device_globs()  # /dev/vfio/<N>, never the bare /dev/vfio/vfio control node
 LIBRARY_NAMES = ("libtpu.so",)
@@ -158,8 +158,8 @@ def clean(
     return 1 if survivors else 0
 
 
-#: What a worker must load, in this order: tpu_clean imports trainer.tpu_host.
-SHIPPED_MODULES = ("trainer.tpu_host", "tooling.tpu_clean")
+#: What a worker must load, in this order: tpu_clean imports trainer.runtime.tpu_host.
+SHIPPED_MODULES = ("trainer.runtime.tpu_host", "tooling.pod.tpu_clean")
 
 _BOOTSTRAP = """import sys, types
 def _load(name, source):
@@ -177,7 +177,7 @@ sys.exit(_load(*SOURCES[-1]).main())
 def shipped_program(modules: tuple[str, ...] = SHIPPED_MODULES) -> str:
     """One `python3 -c` program that defines `modules` in order and runs the last one's main().
 
-    Each module keeps its own name and namespace on the worker, so `from trainer.tpu_host
+    Each module keeps its own name and namespace on the worker, so `from trainer.runtime.tpu_host
     import ...` above works there exactly as it does here, with no package installed.
     """
     import importlib.util
@@ -210,8 +210,8 @@ def clean_remote(
     stays standard-library only).
     """
     from tooling.errors import ToolingError
-    from tooling.fanout import fan_out
-    from tooling.transports import choose
+    from tooling.pod.fanout import fan_out
+    from tooling.pod.transports import choose
 
     transport = choose(tpu, zone, project, hosts, identity, ssh_options)
     command = remote_command(grace_seconds, list_only, sudo)

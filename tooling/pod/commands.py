@@ -13,8 +13,8 @@ import shlex
 from dataclasses import dataclass
 
 from tooling.errors import ToolingError
-from tooling.tpu_docker import DEFAULT_SHM_SIZE, check_shm_size
-from trainer import env_vars
+from tooling.docker.tpu_flags import DEFAULT_SHM_SIZE, check_shm_size
+from trainer.runtime import env_vars
 
 #: Set by the launcher per worker; `--env` may not override them.
 RESERVED = frozenset(
@@ -53,7 +53,7 @@ class PodSpec:
     setup: str | None = None
     """Text of a bash script run on every worker before training (code, data, drivers)."""
     env: tuple[tuple[str, str], ...] = ()
-    """Extra variables for the job; names must be in `trainer.env_vars.KNOWN`."""
+    """Extra variables for the job; names must be in `trainer.runtime.env_vars.KNOWN`."""
     volumes: tuple[str, ...] = ()
     """`HOST:CONTAINER[:ro]` mounts, so checkpoints outlive the `--rm` container."""
     grace_seconds: int = 10
@@ -71,7 +71,7 @@ class PodSpec:
                 allowed = ", ".join(sorted(env_vars.KNOWN - RESERVED))
                 raise ToolingError(
                     f"--env {name}=... is not passed to workers: only variables named in "
-                    f"trainer/env_vars.py may be set, and the launcher sets "
+                    f"trainer/runtime/env_vars.py may be set, and the launcher sets "
                     f"{', '.join(sorted(RESERVED))} itself. Allowed: {allowed}."
                 )
         for volume in self.volumes:

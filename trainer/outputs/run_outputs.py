@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from trainer.atomic_files import write_json_atomic, write_text_atomic
+from trainer.outputs.atomic_files import write_json_atomic, write_text_atomic
 from trainer.errors import UserError
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """How a command reaches worker N: plain `ssh` to a host we were given, or `gcloud`.
 
 A transport only turns (worker, shell command) into an argv; running, streaming and
-stopping belong to `tooling.fanout`. gcloud is driven one worker at a time
+stopping belong to `tooling.pod.fanout`. gcloud is driven one worker at a time
 (`--worker=N`) rather than `--worker=all`, because gcloud's own fan-out interleaves
 output without worker names, waits for every worker even after one failed, and runs the
 same command everywhere, so a worker could not be told its index.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tooling.errors import ToolingError
-from tooling.slice_size import SliceSize
+from tooling.pod.slice_size import SliceSize
 
 #: Non-interactive: a password or host-key prompt would hang a fan-out forever.
 SSH_BASE_OPTIONS = (
