@@ -9,7 +9,7 @@ from torch import nn
 
 from trainer.config import DiagnosticsConfig
 from trainer.diagnostics.run import RunDiagnostics
-from trainer.fit.loop import StepReporter
+from trainer.fit.reporter import StepReporter
 
 
 def run_steps(device, batches: list, config: DiagnosticsConfig | None = None, log_every: int = 2,

@@ -52,12 +52,10 @@ class Trainer:
 
         `fit` does this first; the CLI calls it before it builds the model, so a missing
         bucket or permission fails in seconds. Returns the mirror (None for a local run)."""
-        from trainer.storage.location import is_remote
+        if self._mirror is None:
+            from trainer.fit.run_directory import connect_remote
 
-        if self._mirror is None and is_remote(self.config.run_dir):
-            from trainer.storage.mirror import RunMirror
-
-            self._mirror = RunMirror.connect(self.config.run_dir, self.spelling.assign("run_dir", self.config.run_dir))
+            self._mirror = connect_remote(self.config.run_dir, self.spelling.assign("run_dir", self.config.run_dir))
         return self._mirror
 
     def fit(self, module: Any, train_dataloaders: Any = None, val_dataloaders: Any = None) -> Any:

@@ -32,13 +32,9 @@ from torch import nn
 class TrainModule(nn.Module):
     def log(self, name: str, value: Any, prog_bar: bool = False, **lightning_options: Any) -> None:
         """Record a metric from training_step or validation_step (Lightning's `self.log`)."""
-        logs = self.__dict__.get("_tpu_trainer_logs")
-        if logs is None:
-            from trainer.errors import UserError
+        from trainer.fit.step_logs import logs_for
 
-            raise UserError(f"self.log({name!r}, ...) was called outside a fit: it records values from "
-                            "training_step and validation_step while Trainer.fit runs.")
-        logs.record(name, value, prog_bar, lightning_options)
+        logs_for(self, name).record(name, value, prog_bar, lightning_options)
 
     def log_dict(self, values: Mapping[str, Any], prog_bar: bool = False, **lightning_options: Any) -> None:
         for name, value in values.items():

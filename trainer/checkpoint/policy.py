@@ -108,6 +108,14 @@ class Checkpointer:
         n = self.config.every_n_epochs
         return bool(n) and epoch % n == 0
 
+    def reason_at_epoch_end(self, epoch: int, *, last: bool, stop_requested: bool) -> str | None:
+        """Why a checkpoint is written at the end of `epoch` (None: no checkpoint is due)."""
+        if stop_requested:
+            return "preempted"
+        if last:
+            return "final"
+        return "epoch" if self.due_after_epoch(epoch) else None
+
     def save(self, state: TrainState, *, global_step: int, position: tuple[int, int], epoch_start_rng: dict,
              reason: str, final: bool = False) -> Path | None:
         """Capture the device state (every process) and write it (the writing process only).

@@ -117,7 +117,7 @@ def restore_training_state(loaded: Any, state: TrainState, runtime: Any, sharded
         shard_optimizer_state(state.optimizer)
     if state.scheduler is not None and saved.get("scheduler") is not None:
         state.scheduler.load_state_dict(saved["scheduler"])
-    state.accumulators.sums = {k: v.to(runtime.device) for k, v in saved["accumulators"].items()}
+    state.accumulators.sums = {k: v.reshape(1).to(runtime.device) for k, v in saved["accumulators"].items()}  # 0-d in older checkpoints
     backend.sync()  # materialise the uploads as device data before the first step
 
 

@@ -10,6 +10,7 @@ batches of an epoch fall into windows of `accumulate` (the last one may be short
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -86,3 +87,14 @@ class Progress:
     def end_epoch(self) -> None:
         """The epoch is complete: the next position is the start of the next one."""
         self.epoch, self.batch = self.epoch + 1, 0
+
+
+def validation_every(interval: Any, epoch_batches: int, accumulate: int) -> int:
+    """val_check_interval as optimizer steps between mid-epoch validations (0: epoch end only).
+
+    An integer is already a step count; a fraction of an epoch is rounded to whole optimizer
+    steps of an epoch of `epoch_batches` batches (at least 1), and 1.0 means the end only."""
+    if isinstance(interval, float):
+        steps = -(-epoch_batches // accumulate)
+        return 0 if interval >= 1.0 else max(1, round(interval * steps))
+    return interval

@@ -85,6 +85,15 @@ class LrSchedule:
                         if param.grad is not None:
                             param.mul_(factor)
 
+    def optimizer_step(self) -> None:
+        """Everything the engine does around `optimizer.step()` (the loop calls this, then zero_grad)."""
+        self.decay_parameters(self.optimizer.param_groups[0]["params"][0].device)
+        self.optimizer.step()
+
+    def after_restore(self) -> None:
+        """After a checkpoint's optimizer and scheduler state were loaded."""
+        self.keep_numbers_on_device()  # the restored groups are the optimizer's own again
+
     def logged_lr(self) -> float:
         group = self.optimizer.param_groups[0]
         return 0.0 if group.get("_tpu_trainer_lr_is_zero") else float(group["lr"])

@@ -59,3 +59,12 @@ def send_to_device(tensors: list, device: Any, sharding: Any | None) -> list:
     import torch_xla.core.xla_model as xm
 
     return xm.send_cpu_data_to_device(tensors, device, sharding)
+
+
+def to_host(tensors: list) -> list:
+    """Copy device tensors to the host in one transfer (device data: no graph is compiled)."""
+    if not tensors:
+        return []
+    import torch_xla
+
+    return torch_xla._XLAC._xla_get_cpu_tensors(tensors)
