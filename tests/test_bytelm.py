@@ -162,7 +162,7 @@ def test_a_short_run_through_the_engine_lowers_the_validation_loss(xla_device, t
 
     torch.manual_seed(0)
     # No warm-up, so the run trains from step 1 whether the engine steps the schedule per
-    # step or (as before issue 9) per epoch, which would hold a warm-up at lr 0 for epoch 1.
+    # step or (as the engine once did) per epoch, which would hold a warm-up at lr 0 for epoch 1.
     module = ByteLM(**{**TINY, "warmup_steps": 0})
     trainer = Trainer(devices=1, env_profile="cpu", progress_bar=False, run_dir=str(tmp_path / "run"),
                       max_epochs=TINY["epochs"])

@@ -1,4 +1,4 @@
-"""The diagnostics of issue 10 through the real CLI: debug report, recompilation guard,
+"""The diagnostics through the real CLI: debug report, recompilation guard,
 --strict-compile, host-read and fallback counters per epoch, profiler trace, cache decision.
 
 `pytest tests/test_diagnostics_cli.py` (about 2 minutes). The modules that misbehave on

@@ -115,7 +115,6 @@ class CheckpointConfig:
             _require(value >= 0, f"checkpoint.{key}", value, "an integer >= 0 (0 turns it off)")
 
 
-# ---- diagnostics (issue 10): its own block so engine restructurings merge cleanly.
 @dataclass(frozen=True)
 class DiagnosticsConfig:
     """What the run reports about XLA itself (trainer.diagnostics). CLI: --debug, --strict-compile, ..."""
@@ -144,7 +143,6 @@ class DiagnosticsConfig:
             from trainer.diagnostics.profile_window import StepWindow
 
             StepWindow.parse(self.profile_steps, flag="diagnostics.profile_steps (--profile-steps)")
-# ---- end diagnostics
 
 
 @dataclass(frozen=True)

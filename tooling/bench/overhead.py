@@ -1,4 +1,4 @@
-"""Where a short default run spends its time outside its epochs (issue 10, item 7).
+"""Where a short default run spends its time outside its epochs.
 
     python -m tooling.bench.overhead [--repeat 3] [--tree DIR] [--epochs 3]
 

@@ -6,7 +6,7 @@ positions, `n_layer` pre-norm `Block`s (causal self-attention + MLP) in an `nn.M
 token embedding. Every shape is fixed (context, batch), and forward has no data-dependent
 Python branches, so XLA compiles one training and one validation graph.
 
-The bar (issue 9): a validation loss at least 30% below the best add-k byte-bigram model's
+The bar: a validation loss at least 30% below the best add-k byte-bigram model's
 on the same split, which `on_fit_start` computes and logs. Data: `bytelm_data.py`.
 
 Schedule: per optimizer step, linear warm-up from 0 then cosine decay to 0 over
