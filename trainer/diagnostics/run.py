@@ -91,7 +91,7 @@ class RunDiagnostics:
 
     def before_step(self, step: int, batch: Any) -> None:
         compiles, host, scalar = self._read_counts()
-        self.reads.gap(scalar - self._counts[2])
+        self.reads.gap(scalar - self._counts[2], host - self._counts[1])
         self._counts = (compiles, host, scalar)
         self._signature = batch_signature(batch)
         if self.debug_log is not None:  # what torch_xla explains from here on belongs to this step
