@@ -43,13 +43,11 @@ class EpochRunner:
         epoch_len = len(fit.train)  # once per epoch, not in the per-step callback
         skip = progress.start_epoch(epoch, epoch_len)
         resuming = resumed is not None and epoch == progress.first_epoch
-        _set_sampler_epoch(fit.train.batches.loader, epoch)
         if resuming:  # the epoch's shuffle and host RNG as they were when it started
             restore_host_rng(resumed.state["epoch_start_rng"], fit.generators)
         self.epoch_rng = capture_host_rng(fit.generators)
         fit.module.on_train_epoch_start(epoch)
-        train = DeviceLoader(SkipBatches(fit.train.batches, skip), fit.train.transfer, fit.train.prefetch) \
-            if skip else fit.train
+        train = _positioned(fit.train, epoch, skip)
         if resuming:
             restore_xla_rng(resumed.state, self.runtime.device)  # after every set-up sync, right before the first step
 
@@ -112,11 +110,18 @@ class EpochRunner:
         return path
 
 
-def _set_sampler_epoch(loader: Any, epoch: int) -> None:
-    """Samplers that shard across processes (ours, DistributedSampler) reshuffle per epoch, identically everywhere."""
+def _positioned(train: DeviceLoader, epoch: int, skip: int) -> DeviceLoader:
+    """The epoch's batches from batch `skip` on: sought where the position is a function of the
+    step (token shards), else replayed on the host from the epoch's start (any DataLoader)."""
+    loader = train.batches.loader
+    if hasattr(loader, "seek"):
+        loader.set_epoch(epoch)
+        loader.seek(skip)
+        return train
     sampler = getattr(loader, "sampler", None)
-    if hasattr(sampler, "set_epoch"):
+    if hasattr(sampler, "set_epoch"):  # samplers that shard across processes reshuffle per epoch, identically
         sampler.set_epoch(epoch)
+    return DeviceLoader(SkipBatches(train.batches, skip), train.transfer, train.prefetch) if skip else train
 
 
 def format_row(row: dict) -> str:

@@ -17,6 +17,7 @@ from trainer.checkpoint.state import TrainState, loader_generators, restore_trai
 from trainer.data.batches import FixedShapeBatches
 from trainer.data.device_loader import BatchTransfer, DeviceLoader
 from trainer.data.sampling import shard_loader
+from trainer.data.shards_loader import ShardsLoader, is_token_shards
 from trainer.errors import UserError
 from trainer.fit.loop import EpochLoop, StepParts
 from trainer.fit.metrics import DeviceAccumulators, TrainingMetrics, ValidationMetrics
@@ -64,9 +65,8 @@ def build_fit(job: Any, plan: Any, runtime: Any, diagnostics: Any, place: RunPla
     schedule = optimizers(module.configure_optimizers())
     repoint_optimizer(schedule.optimizer, moved)
 
-    train = _device_loader(train_loader if train_loader is not None else module.train_dataloader(), cfg, plan, rt,
-                           precision)
-    val_loader = val_loader if val_loader is not None else module.val_dataloader()
+    train_loader, val_loader = choose_loaders(job.data, module, train_loader, val_loader)
+    train = _device_loader(train_loader, cfg, plan, rt, precision)
     val = _device_loader(val_loader, cfg, plan, rt, precision) if val_loader is not None else None
 
     accumulators = DeviceAccumulators(rt.device)
@@ -92,10 +92,33 @@ def build_fit(job: Any, plan: Any, runtime: Any, diagnostics: Any, place: RunPla
                loader_generators(train.batches.loader))
 
 
+def choose_loaders(data: Any, module: Any, train_loader: Any, val_loader: Any) -> tuple[Any, Any]:
+    """The fit's loaders: those handed to `fit` win over the job's `data:` shards, which win over
+    the module's own train_dataloader()/val_dataloader()."""
+    if data.path and (train_loader is None or val_loader is None):
+        from trainer.data.tokens.token_shards import TokenShards  # only for jobs that train on shards
+
+        def shards(split: str) -> Any:
+            return TokenShards(data.path, seq_len=data.seq_len, global_batch_size=data.global_batch_size,
+                               seed=data.seed, packing=data.packing, split=split,
+                               validation_fraction=data.validation_fraction)
+
+        train_loader = train_loader if train_loader is not None else shards("train")
+        val_loader = val_loader if val_loader is not None else (shards("validation") if data.validation_fraction
+                                                                else None)
+    train_loader = train_loader if train_loader is not None else module.train_dataloader()
+    val_loader = val_loader if val_loader is not None else module.val_dataloader()
+    return train_loader, val_loader
+
+
 def _device_loader(loader: Any, cfg: Any, plan: Any, rt: Any, precision: Precision) -> DeviceLoader:
     """This host's share of `loader`, in fixed shapes, copied to the device ahead of the step."""
     selection = plan.selection
-    batches = FixedShapeBatches(shard_loader(loader, rt.process_index, rt.process_count, cfg.seed), cfg.last_batch)
+    if is_token_shards(loader):  # the shards pick this host's rows of each global batch themselves
+        loader = ShardsLoader(loader, rt.process_index, rt.process_count, selection.count * rt.process_count)
+    else:
+        loader = shard_loader(loader, rt.process_index, rt.process_count, cfg.seed)
+    batches = FixedShapeBatches(loader, cfg.last_batch)
     if selection.spmd and batches.full_size and batches.full_size % selection.count:
         raise UserError(
             f"the batch size {batches.full_size} cannot be split evenly over {selection.count} devices (SPMD "
