@@ -15,8 +15,10 @@ import torch
 
 from trainer.outputs import atomic_files
 from trainer.checkpoint import io as checkpoint
-from trainer.checkpoint.store import MANIFEST, CheckpointError, CheckpointStore
-from trainer.checkpoint.policy import find_resume
+from trainer.checkpoint.index import INDEX as MANIFEST
+from trainer.checkpoint.resume import find_resume
+from trainer.checkpoint.store import CheckpointStore
+from trainer.checkpoint.verify import CheckpointError
 
 
 def _state(step: int) -> dict:

@@ -16,6 +16,7 @@ import pytest
 from checkpoint_helpers import BIG, finish, run, start, steps, text, train_argv, wait_for
 from trainer.outputs.atomic_files import TMP_PREFIX
 from trainer.checkpoint.store import CheckpointStore
+from trainer.outputs.run_manifest import FILE as RUN_MANIFEST
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +74,7 @@ def test_resume_from_a_path_into_a_new_run_dir_records_where_it_came_from(finish
     assert run(train_argv(new_dir, *args, "--resume", str(source), epochs=1), tmp_path / "path.log") == 0, \
         text(tmp_path / "path.log")[-3000:]
     assert steps(new_dir) == steps(run_dir)[20:]  # steps 21..23, bitwise the original's
-    resume, = json.loads((new_dir / "manifest.json").read_text())["resumes"]
+    resume, = json.loads((new_dir / RUN_MANIFEST).read_text())["resumes"]
     assert resume["checkpoint"] == str(source) and resume["global_step"] == 20
 
 

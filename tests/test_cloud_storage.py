@@ -22,6 +22,8 @@ import pytest
 
 from checkpoint_helpers import REPO, finish, start, text, train_argv, wait_for
 from storage_server import StorageServer
+from trainer.checkpoint.index import INDEX
+from trainer.outputs.run_manifest import FILE as RUN_MANIFEST
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +57,7 @@ def _steps(server, url: str) -> list[tuple[str, str, str]]:
 
 
 def _manifest(server, url: str) -> list[dict]:
-    return json.loads(_read(server, url, "checkpoints/manifest.json"))["checkpoints"]
+    return json.loads(_read(server, url, f"checkpoints/{INDEX}"))["checkpoints"]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +66,7 @@ def runs(server, tmp_path_factory):
     and a run SIGTERMed in epoch 2 then resumed with --resume auto from a fresh staging dir."""
     tmp_path = tmp_path_factory.mktemp("gcs-runs")
     full, cut = f"gs://{BUCKET}/runs/full", f"gs://{BUCKET}/runs/cut"
-    server.inject(lambda r: r.is_upload and r.object_name == "runs/full/checkpoints/manifest.json", "503", times=2)
+    server.inject(lambda r: r.is_upload and r.object_name == f"runs/full/checkpoints/{INDEX}", "503", times=2)
     reference, reference_log = _start(server, tmp_path, "full", full)
     interrupted, interrupted_log = _start(server, tmp_path, "cut", cut)
     wait_for(lambda: "checkpoint (epoch)" in text(interrupted_log), "epoch 1's checkpoint", interrupted)
@@ -80,8 +82,8 @@ def runs(server, tmp_path_factory):
 def test_a_full_run_writes_every_output_to_the_bucket(server, runs):
     assert runs["codes"]["full"] == 0, text(runs["logs"]["full"])[-3000:]
     names = {p.split("/runs/full/", 1)[1] for p in server.filesystem().find(f"{BUCKET}/runs/full")}
-    for expected in ("config.yaml", "metrics.csv", "steps.csv", "summary.json", "manifest.json", "metrics.png",
-                     "checkpoints/manifest.json", "checkpoints/final.ckpt", "checkpoints/step-00000023.ckpt",
+    for expected in ("config.yaml", "metrics.csv", "steps.csv", "summary.json", RUN_MANIFEST, "metrics.png",
+                     f"checkpoints/{INDEX}", "checkpoints/final.ckpt", "checkpoints/step-00000023.ckpt",
                      "checkpoints/step-00000046.ckpt"):
         assert expected in names, sorted(names)
     assert any(n.startswith("tb/events.out.tfevents") for n in names), sorted(names)
@@ -137,7 +139,7 @@ def test_server_killed_during_a_checkpoint_commit_leaves_the_previous_checkpoint
     --resume auto continues from epoch 1's checkpoint, removes the uncommitted object, and
     ends with the reference run's losses."""
     url, prefix = f"gs://{BUCKET}/runs/killed", "runs/killed/checkpoints/"
-    server.inject(lambda r: r.is_upload and r.object_name == prefix + "manifest.json"
+    server.inject(lambda r: r.is_upload and r.object_name == prefix + INDEX
                   and any(q.object_name == prefix + "step-00000046.ckpt" for q in server.requests), "kill")
     proc, log = _start(server, tmp_path, "killed", url)
     code = finish(proc)
@@ -160,7 +162,7 @@ def test_manifest_commits_send_a_generation_precondition(server, runs):
     generation the writer last saw (0: must not exist yet). gcp-storage-emulator does not
     enforce preconditions, so this checks the requests, not a refused overwrite."""
     commits = [r for r in server.requests
-               if r.is_upload and r.object_name == "runs/full/checkpoints/manifest.json"]
+               if r.is_upload and r.object_name == f"runs/full/checkpoints/{INDEX}"]
     sent = [r.query.get("ifGenerationMatch", [None])[0] for r in commits]
     assert sent[0] == "0" and all(g not in (None, "0") for g in sent[3:]), sent  # 2 retried 503s, then the first
     assert len(set(sent[2:])) == len(sent[2:])  # each commit names the generation of the one before
@@ -205,37 +207,3 @@ def test_trainer_run_dir_from_python_publishes_to_the_bucket(server, tmp_path):
     assert f"run_url {url}" in proc.stdout
     assert json.loads(_read(server, url, "summary.json"))["epochs"] == 1
     assert [e["file"] for e in _manifest(server, url)] == ["final.ckpt"]
-
-
-def test_two_writers_of_one_checkpoint_commit_the_manifest_once_after_both(server, tmp_path):
-    """Two processes (simulated workers) each upload their own shard of step-7.dcp; worker 1
-    is 2 s late. Worker 0 commits one manifest entry listing both shards, after both."""
-    url = f"gs://{BUCKET}/runs/two-writers"
-    script = (
-        "import sys, time, json, hashlib\n"
-        "from trainer.storage.mirror import RunMirror\n"
-        "index = int(sys.argv[1])\n"
-        "time.sleep(2.0 * index)\n"
-        f"mirror = RunMirror.connect({url!r}, 'run_dir')\n"
-        "name = f'__{index}_0.distcp'\n"
-        "data = f'shard of process {index}'.encode() * 1000\n"
-        "path = mirror.staging / 'checkpoints' / 'step-7.dcp' / name\n"
-        "path.parent.mkdir(parents=True, exist_ok=True); path.write_bytes(data)\n"
-        "files = {name: {'sha256': hashlib.sha256(data).hexdigest(), 'bytes': len(data)}}\n"
-        "entry = mirror.commit_shared('step-7.dcp', {'global_step': 7}, files, index, 2, timeout=60)\n"
-        "print(json.dumps(entry))\n"
-    )
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(i)], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, **server.env(tmp_path / f"staging-{i}")}) for i in (0, 1)]
-    outputs = [p.communicate(timeout=120)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outputs
-    entry = json.loads(outputs[0])
-    assert sorted(entry["files"]) == ["__0_0.distcp", "__1_0.distcp"]
-    assert json.loads(outputs[1]) is None  # only worker 0 commits
-    assert _manifest(server, url) == [entry]
-    prefix = "runs/two-writers/checkpoints/"
-    order = [r.object_name for r in server.requests if r.is_upload and r.object_name.startswith(prefix)]
-    commits = [i for i, name in enumerate(order) if name == prefix + "manifest.json"]
-    notes = [i for i, name in enumerate(order) if "/.pending/" in name]
-    assert len(commits) == 1 and len(notes) == 2 and commits[0] > max(notes), order
-    assert not [p for p in server.filesystem().find(f"{BUCKET}/{prefix}") if "/.pending/" in p]

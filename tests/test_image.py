@@ -21,6 +21,7 @@ from image_fixtures import CA_BUNDLE, base_image, client, copy_sources, image, p
 from tooling.docker.container import RunSpec, run_container
 from tooling.docker.image import LABEL_PREFIX, BuildOptions, build_image
 from tooling.docker.matrix import MIN_VAL_ACCURACY, Cell, run_cell
+from trainer.outputs.run_manifest import FILE as RUN_MANIFEST
 
 pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parent.parent
@@ -135,7 +136,7 @@ def test_run_writes_outputs_owned_by_the_invoking_user(image, tmp_path):
         assert (run_dir / name).exists(), name
     owners = {(p.stat().st_uid, p.stat().st_gid) for p in [run_dir, *run_dir.rglob("*")]}
     assert owners == {(4321, 4321)}
-    recorded = json.loads((run_dir / "manifest.json").read_text())["image"]
+    recorded = json.loads((run_dir / RUN_MANIFEST).read_text())["image"]
     assert recorded["tag"] in image.tags
     assert recorded["digest"] in (image.attrs.get("RepoDigests") or []) + [image.id]
 

@@ -21,6 +21,7 @@ import torch
 
 from checkpoint_helpers import REPO, finish, run, start, steps, text, train_argv, wait_for
 from trainer.checkpoint.store import CheckpointStore
+from trainer.outputs.run_manifest import FILE as RUN_MANIFEST
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +119,7 @@ def test_negative_control_a_resume_without_data_position_or_rng_does_not_match(s
 def test_run_manifest_records_the_job_and_where_it_resumed_from(sigterm_runs):
     import json
 
-    manifest = json.loads((sigterm_runs["interrupted"] / "manifest.json").read_text())
+    manifest = json.loads((sigterm_runs["interrupted"] / RUN_MANIFEST).read_text())
     assert manifest["job"]["module"] == "tests.helpers_modules:SlowDigits" and manifest["seed"] == 0
     assert manifest["versions"]["torch"].startswith("2.") and manifest["versions"]["python"].count(".") == 2
     assert manifest["device_count"] == 1 and manifest["host_count"] == 1 and manifest["env_profile"] == "cpu"

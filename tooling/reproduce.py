@@ -1,6 +1,6 @@
 """`invoke reproduce RUN_DIR`: run a finished job again and say whether its losses match.
 
-Reads RUN_DIR/manifest.json (written by the engine), writes the recorded job as a YAML,
+Reads RUN_DIR/run.json (written by the engine; manifest.json in older runs), writes the recorded job as a YAML,
 and runs it from scratch, uninterrupted, through the engine's CLI: inside the recorded
 image when the run was made in one (by digest when recorded, else by tag), otherwise
 with this Python. Then compares steps.csv row by row: global step, epoch and the exact
@@ -43,8 +43,12 @@ class Comparison:
         return f"losses differ in length: original {self.original} rows, reproduced {self.reproduced}"
 
 
+RUN_MANIFESTS = ("run.json", "manifest.json")
+"""The engine's run manifest, and its name in runs written before 2026-11."""
+
+
 def read_manifest(run_dir: Path) -> dict:
-    path = run_dir / "manifest.json"
+    path = next((run_dir / name for name in RUN_MANIFESTS if (run_dir / name).exists()), run_dir / RUN_MANIFESTS[0])
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:

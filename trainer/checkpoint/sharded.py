@@ -21,7 +21,7 @@ from typing import Any
 
 from trainer.outputs.atomic_files import TMP_PREFIX, fsync_dir
 from trainer.checkpoint.io import save_atomic, sha256_of
-from trainer.checkpoint.store import CheckpointError, load_host_state, read_verified
+from trainer.checkpoint.verify import CheckpointError, load_host_state, read_verified
 
 
 def write_sharded(module: Any, optimizer: Any, directory: Path) -> None:

@@ -1,57 +1,30 @@
 """Which checkpoint files count, and whether a file is still what was written.
 
-    RUN_DIR/checkpoints/manifest.json   {"format": 1, "checkpoints": [entry, ... oldest first]}
-    entry: file, sha256, bytes, global_step, epoch, position, reason, saved_at
-
-A checkpoint counts only once its entry is committed to the manifest, and the manifest
-is only ever replaced atomically. So a crash at any moment leaves either the old set or
-the new set: a file without an entry (killed between rename and commit) is reported and
-ignored, and `keep_last` drops old entries only after the new one is committed.
-
-On load every file is checked against its entry (size, then SHA-256) before
-`torch.load` sees it: torch.load accepts a flipped byte silently, and raises an
-unhelpful `EOFError` on an empty file.
+A checkpoint counts only once its entry is committed to the index (`trainer.checkpoint.index`),
+and the index is only ever replaced atomically. So a crash at any moment leaves either the
+old set or the new set: a file without an entry (killed between rename and commit) is
+reported and ignored, and `keep_last` drops old entries only after the new one is committed.
+On load every file is checked against its entry (`trainer.checkpoint.verify`).
 """
 from __future__ import annotations
 
-import hashlib
-import io
-import json
 import logging
 import os
 import shutil
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.outputs.atomic_files import TMP_PREFIX, fsync_dir, write_json_atomic
+from trainer.checkpoint.index import INDEX, LEGACY_INDEX, document, entries_of, index_path, new_entry
 from trainer.checkpoint.io import clean_temporaries, save_atomic
-from trainer.errors import UserError
+from trainer.checkpoint.sharded import verify_checkpoint_dir, write_checkpoint_dir
+from trainer.checkpoint.verify import CheckpointError, Loaded, load_host_state, read_verified
+from trainer.outputs.atomic_files import TMP_PREFIX, fsync_dir, write_json_atomic
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
-FORMAT = 1
 FINAL = "final.ckpt"
 FINAL_SHARDED = "final.dcp"
 CHECKPOINT_SUFFIXES = (".ckpt", ".dcp")  # a file; a directory of shards (trainer.checkpoint.sharded)
-
-
-class CheckpointError(UserError):
-    """A checkpoint could not be written or trusted; the message names the file and the fix."""
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """A verified checkpoint, on the host."""
-
-    path: Path
-    sha256: str
-    state: dict
-    """The host state (for a sharded checkpoint: everything but the module and optimizer)."""
-    sharded_dir: Path | None = None
-    """A sharded checkpoint's directory, whose shards are loaded into the live model later."""
 
 
 class CheckpointStore:
@@ -60,7 +33,11 @@ class CheckpointStore:
     def __init__(self, directory: Path, keep_last: int = 0):
         self.directory = directory
         self.keep_last = keep_last
-        self.manifest_path = directory / MANIFEST
+
+    @property
+    def manifest_path(self) -> Path:
+        """The index this store reads (an older run's `manifest.json` until the first commit here)."""
+        return index_path(self.directory)
 
     # ---------------------------------------------------------------- writing
     def start(self) -> None:
@@ -78,8 +55,6 @@ class CheckpointStore:
 
     def save_sharded(self, module: Any, optimizer: Any, host_state: dict, name: str, meta: dict) -> dict:
         """As `save`, for a sharded model: the directory `name` of shards plus `host_state`."""
-        from trainer.checkpoint.sharded import write_checkpoint_dir
-
         return self._save(name, meta, lambda path: write_checkpoint_dir(module, optimizer, host_state, path))
 
     def _save(self, name: str, meta: dict, write: Any) -> dict:
@@ -87,7 +62,7 @@ class CheckpointStore:
         try:
             self._retire(name)
             written = write(path)  # whole or absent: a temporary, renamed into place
-            entry = {"file": name, **written, **meta, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            entry = new_entry(name, written, meta)
             entries = [e for e in self.entries() if e["file"] != name] + [entry]
             self._commit(entries)  # only now does the checkpoint count
         except OSError as exc:
@@ -119,7 +94,8 @@ class CheckpointStore:
         self._commit([{**e, "file": retired} if e is old else e for e in entries])
 
     def _commit(self, entries: list[dict]) -> None:
-        write_json_atomic(manifest_document(entries), self.manifest_path)
+        write_json_atomic(document(entries), self.directory / INDEX)
+        (self.directory / LEGACY_INDEX).unlink(missing_ok=True)  # an older run's index, now carried over
 
     def _prune(self) -> None:
         """Keep the newest `keep_last` periodic checkpoints (and final.ckpt, always)."""
@@ -138,14 +114,14 @@ class CheckpointStore:
     # ---------------------------------------------------------------- reading
     def entries(self) -> list[dict]:
         """The committed entries, oldest first ([] when there is no manifest yet)."""
-        if not self.manifest_path.exists():
+        path = self.manifest_path
+        if not path.exists():
             return []
         try:
-            data = json.loads(self.manifest_path.read_text())
-            return list(data["checkpoints"])
+            return entries_of(path.read_text())
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointError(
-                f"the checkpoint manifest {self.manifest_path} is unreadable ({exc}). It is only "
+                f"the checkpoint manifest {path} is unreadable ({exc}). It is only "
                 "ever replaced atomically, so it was edited or damaged by hand. Fix: restore it, or "
                 "resume from one file with --resume PATH after re-creating its entry."
             ) from exc
@@ -181,17 +157,6 @@ class CheckpointStore:
         return None, problems
 
 
-def manifest_document(entries: list[dict]) -> dict:
-    return {"format": FORMAT, "checkpoints": entries}
-
-
-def entry_files(entry: dict) -> dict[str, str]:
-    """Every file a committed entry stands for, relative to the checkpoint directory -> SHA-256."""
-    if "files" in entry:  # a directory of shards
-        return {f"{entry['file']}/{name}": recorded["sha256"] for name, recorded in entry["files"].items()}
-    return {entry["file"]: entry["sha256"]}
-
-
 def _remove(path: Path) -> None:
     if path.is_dir():
         shutil.rmtree(path)
@@ -213,37 +178,5 @@ def _link(source: Path, target: Path) -> None:
 
 def _verified_load(path: Path, entry: dict) -> Loaded:
     if "files" in entry:  # a directory of shards: each file checked now, the shards loaded later
-        from trainer.checkpoint.sharded import verify_checkpoint_dir
-
         return Loaded(path=path, sha256=entry["sha256"], state=verify_checkpoint_dir(path, entry), sharded_dir=path)
     return Loaded(path=path, sha256=entry["sha256"], state=load_host_state(read_verified(path, entry), path))
-
-
-def read_verified(path: Path, entry: dict, what: str = "checkpoint") -> bytes:
-    """`path`'s bytes, after checking them against `entry` ({"bytes", "sha256"}); else CheckpointError."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise CheckpointError(f"{what} {path} is listed in the manifest but the file is missing.") from None
-    if len(data) != entry["bytes"]:
-        size = "empty" if not data else f"{len(data)} bytes"
-        raise CheckpointError(
-            f"{what} {path} is {size}, but the manifest recorded {entry['bytes']} bytes "
-            "(truncated or overwritten after it was committed)."
-        )
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != entry["sha256"]:
-        raise CheckpointError(
-            f"{what} {path} failed verification: sha256 mismatch, file {digest} != manifest "
-            f"{entry['sha256']} (the file was corrupted after it was written)."
-        )
-    return data
-
-
-def load_host_state(data: bytes, path: Path) -> dict:
-    import torch
-
-    try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any failure here means "unusable", with its reason
-        raise CheckpointError(f"checkpoint {path} matches its hash but torch.load fails: {exc!r}.") from exc

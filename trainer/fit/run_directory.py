@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint.policy import CHECKPOINT_DIR, find_resume, run_dir_for
-from trainer.checkpoint.store import CheckpointStore, Loaded
+from trainer.checkpoint.index import CHECKPOINT_DIR
+from trainer.checkpoint.resume import find_resume, run_dir_for
+from trainer.checkpoint.store import CheckpointStore
+from trainer.checkpoint.verify import Loaded
 from trainer.outputs.run_manifest import record_resume, resolved_config, write_run_manifest
 from trainer.outputs.run_outputs import RunOutputs, default_run_dir, prepare_run_dir
 from trainer.storage.location import is_remote

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.checkpoint.policy import Checkpointer
+from trainer.checkpoint.checkpointer import Checkpointer
 from trainer.checkpoint.state import TrainState, loader_generators, restore_training_state
 from trainer.data.batches import FixedShapeBatches
 from trainer.data.device_loader import BatchTransfer, DeviceLoader

@@ -1,4 +1,4 @@
-"""RUN_DIR/manifest.json: what produced this run, enough to run it again.
+"""RUN_DIR/run.json: what produced this run, enough to run it again.
 
 Recorded once at the start (and extended at each resume): the command, the resolved
 job config (the exact input `tpu-trainer train --config` accepts), the seed, the torch /
@@ -6,7 +6,9 @@ torch_xla / Python / NumPy versions, the image tag and digest when run inside ou
 (`TPU_TRAINER_IMAGE` set by the Dockerfile, `TPU_TRAINER_IMAGE_DIGEST` by `invoke run`), the git
 revision and dirty flag of the engine's source when it is a git checkout (else null),
 the environment profile with every XLA/PJRT variable set, and host and device counts.
-`invoke reproduce RUN_DIR` reads it; it is data, never code.
+`invoke reproduce RUN_DIR` reads it; it is data, never code. Runs written before it had its
+own name kept it as RUN_DIR/manifest.json (beside checkpoints/manifest.json, now
+checkpoints/index.json): it is still read, and a resume carries it over to run.json.
 """
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ from typing import Any
 from trainer.runtime import env_vars
 from trainer.outputs.atomic_files import write_json_atomic
 
-FILE = "manifest.json"
+FILE = "run.json"
+LEGACY_FILE = "manifest.json"
+"""The run manifest's name before 2026-11 (read, never written)."""
 FORMAT = 1
 
 
@@ -99,6 +103,9 @@ def record_resume(run_dir: Path, job: dict, plan: Any, runtime: Any, checkpoint:
                   global_step: int) -> None:
     """Append where this process resumed from (and how it differs) to the run's manifest."""
     path = run_dir / FILE
+    if not path.exists() and (run_dir / LEGACY_FILE).exists():  # an older run: carried over under the new name
+        write_json_atomic(json.loads((run_dir / LEGACY_FILE).read_text()), path)
+        (run_dir / LEGACY_FILE).unlink()
     if not path.exists():  # resumed into a new directory: this process's facts open it
         write_run_manifest(run_dir, job, plan, runtime)
     manifest = json.loads(path.read_text())
@@ -111,4 +118,5 @@ def record_resume(run_dir: Path, job: dict, plan: Any, runtime: Any, checkpoint:
 
 
 def read_run_manifest(run_dir: Path) -> dict:
-    return json.loads((Path(run_dir) / FILE).read_text())
+    path = Path(run_dir) / FILE
+    return json.loads((path if path.exists() else Path(run_dir) / LEGACY_FILE).read_text())

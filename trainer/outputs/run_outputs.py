@@ -5,8 +5,8 @@
     RUN_DIR/steps.csv       one row per logged step: loss, lr, grad_norm, self.log values (read asynchronously)
     RUN_DIR/val_steps.csv   validations inside an epoch (trainer.val_check_interval), by global step
     RUN_DIR/tb/             TensorBoard events (the same numbers)
-    RUN_DIR/manifest.json   what produced the run: versions, image, git, environment, resumes
-    RUN_DIR/checkpoints/    periodic checkpoints, final.ckpt, and their manifest.json
+    RUN_DIR/run.json        what produced the run: versions, image, git, environment, resumes
+    RUN_DIR/checkpoints/    periodic checkpoints, final.ckpt, and their index.json
     RUN_DIR/metrics.png     loss and validation metrics per epoch
     RUN_DIR/summary.json    the final numbers, for scripts and CI
 

@@ -112,10 +112,18 @@ def shard_optimizer_state(optimizer: Any) -> None:
 
 
 def checkpoint_save_planner() -> Any:
-    """torch.distributed.checkpoint planner that writes each device's local shards."""
+    """torch.distributed.checkpoint planner that writes each device's local shards.
+
+    torch 2.9 passes `storage_meta` to `set_up_planner` and warns on every save when a
+    planner's signature lacks it, as torch_xla 2.9's SPMDSavePlanner's does; this subclass
+    has the full signature and hands the rest to torch_xla's (which has no use for it)."""
     from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
 
-    return SPMDSavePlanner()
+    class SavePlanner(SPMDSavePlanner):
+        def set_up_planner(self, state_dict: Any, storage_meta: Any = None, is_coordinator: bool = False) -> None:
+            super().set_up_planner(state_dict, is_coordinator)
+
+    return SavePlanner()
 
 
 def checkpoint_load_planner(spmd: bool) -> Any:

@@ -107,14 +107,6 @@ def upload_if_generation(fs: Any, path: str, data: bytes, generation: int) -> in
     return int(out["generation"])
 
 
-def live_generation(fs: Any, path: str) -> int:
-    """The generation of the object at `path`, 0 if there is none."""
-    try:
-        return int(fs.info(path)["generation"])
-    except FileNotFoundError:
-        return 0
-
-
 _RETRY_WORDS = "retrying after exception"
 
 

@@ -29,19 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from trainer.outputs.atomic_files import TMP_PREFIX
-from trainer.checkpoint.policy import CHECKPOINT_DIR
-from trainer.checkpoint.store import MANIFEST, CheckpointError, CheckpointStore, entry_files, manifest_document
+from trainer.checkpoint.index import CHECKPOINT_DIR, INDEX, LEGACY_INDEX, document, entry_files
+from trainer.checkpoint.store import CheckpointStore
+from trainer.checkpoint.verify import CheckpointError
 from trainer.errors import UserError
 from trainer.storage.bucket import (
-    PROBE_PREFIX, check_writable, filesystem, live_generation, md5_base64, storage_error, upload_if_generation,
+    PROBE_PREFIX, check_writable, filesystem, md5_base64, storage_error, upload_if_generation,
 )
 from trainer.storage.location import RemoteRunDir, parse_remote
 
 log = logging.getLogger(__name__)
-
-PENDING = ".pending"
-"""Under checkpoints/: per-process notes of what each writer of a shared checkpoint uploaded."""
-
 
 class RunMirror:
     """One run directory in a bucket and the local directory the engine writes it through."""
@@ -91,13 +88,14 @@ class RunMirror:
 
     def _pull(self, found: dict[str, dict], owner: bool) -> None:
         started, pulled = time.perf_counter(), 0
-        manifest = f"{CHECKPOINT_DIR}/{MANIFEST}"
+        index, legacy = f"{CHECKPOINT_DIR}/{INDEX}", f"{CHECKPOINT_DIR}/{LEGACY_INDEX}"
         for rel, info in found.items():
             if not rel.startswith(CHECKPOINT_DIR + "/"):
                 pulled += self._download(rel, info)
-        if manifest in found:
-            self._generation = int(found[manifest]["generation"])
-            self._download(manifest, found[manifest])
+        if index in found:
+            self._generation = int(found[index]["generation"])
+        if index in found or legacy in found:  # an older run's index is read; the next commit writes index.json
+            self._download(index if index in found else legacy, found.get(index) or found[legacy])
             self._committed = CheckpointStore(self.staging / CHECKPOINT_DIR).entries()
         for entry in self._committed:  # in the bucket and committed: never uploaded again, even if not pulled
             self._published |= {(rel, sha) for rel, sha in entry_files(entry).items()
@@ -196,7 +194,7 @@ class RunMirror:
         if entries != self._committed:
             self._commit(entries)
         listed = _object_names(entries)
-        unlisted = [rel for rel in self._list(CHECKPOINT_DIR) if rel not in listed and f"/{PENDING}/" not in f"/{rel}"]
+        unlisted = [rel for rel in self._list(CHECKPOINT_DIR) if rel not in listed]
         if unlisted:  # pruned (keep_last) or retired entries: forget first (committed above), delete after
             self.fs.rm([self.remote.object_path(rel) for rel in unlisted])
         return uploaded
@@ -219,8 +217,8 @@ class RunMirror:
         return total
 
     def _commit(self, entries: list[dict]) -> None:
-        data = (json.dumps(manifest_document(entries), indent=2) + "\n").encode()
-        path = self.remote.object_path(f"{CHECKPOINT_DIR}/{MANIFEST}")
+        data = (json.dumps(document(entries), indent=2) + "\n").encode()
+        path = self.remote.object_path(f"{CHECKPOINT_DIR}/{INDEX}")
         try:
             self._generation = upload_if_generation(self.fs, path, data, self._generation)
         except FileExistsError:
@@ -230,51 +228,6 @@ class RunMirror:
                 "directory. Nothing was overwritten. Fix: give each job its own --run-dir."
             ) from None
         self._committed = list(entries)
-
-    # ---------------------------------------------------------------- several writers
-    def commit_shared(self, name: str, meta: dict, files: dict[str, dict], process_index: int,
-                      process_count: int, timeout: float = 600.0, poll: float = 0.5) -> dict | None:
-        """One checkpoint written by several processes, each uploading only what it owns.
-
-        Every process uploads its own `files` ({file name inside the checkpoint directory
-        `name`: {"sha256", "bytes"}}, already in the staging directory), verifies them, and
-        leaves a note; process 0 waits for all `process_count` notes, then commits one
-        manifest entry listing every process's files. Returns the entry (process 0), else None.
-        """
-        local = {f"{name}/{file}": recorded["sha256"] for file, recorded in files.items()}
-        self._upload({rel: sha for rel, sha in local.items() if (rel, sha) not in self._published})
-        note = f"{CHECKPOINT_DIR}/{PENDING}/{name}/process-{process_index:05d}.json"
-        self.fs.pipe_file(self.remote.object_path(note), json.dumps(files).encode())
-        if process_index != 0:
-            return None
-        notes = f"{CHECKPOINT_DIR}/{PENDING}/{name}/"
-        deadline = time.monotonic() + timeout
-        while True:
-            found = sorted(self._list(notes.rstrip("/")))
-            if len(found) >= process_count:
-                break
-            if time.monotonic() > deadline:
-                raise CheckpointError(
-                    f"checkpoint {name}: only {len(found)} of {process_count} processes reported their shards "
-                    f"within {timeout:.0f} s, so it was not committed and the previous checkpoint stays the "
-                    "newest valid one. Fix: look at the missing workers' logs (RUN_DIR/workers/<index>/)."
-                )
-            time.sleep(poll)
-        merged: dict[str, dict] = {}
-        for rel in found:
-            merged.update(json.loads(self.fs.cat_file(self.remote.object_path(rel))))
-        from trainer.checkpoint.sharded import files_digest
-
-        entry = {"file": name, "sha256": files_digest(merged), "bytes": sum(f["bytes"] for f in merged.values()),
-                 "files": merged, **meta, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        if not self._committed and not self._generation:
-            self._generation = live_generation(self.fs, self.remote.object_path(f"{CHECKPOINT_DIR}/{MANIFEST}"))
-            if self._generation:
-                self._committed = json.loads(self.fs.cat_file(
-                    self.remote.object_path(f"{CHECKPOINT_DIR}/{MANIFEST}")))["checkpoints"]
-        self._commit([e for e in self._committed if e["file"] != name] + [entry])
-        self.fs.rm([self.remote.object_path(rel) for rel in found])
-        return entry
 
     # ---------------------------------------------------------------- helpers
     def _list(self, under: str) -> dict[str, dict]:
@@ -300,7 +253,7 @@ class RunMirror:
 
 def _object_names(entries: list[dict]) -> set[str]:
     """Every object (relative to the run) a manifest listing `entries` names, the manifest included."""
-    return {f"{CHECKPOINT_DIR}/{rel}" for e in entries for rel in entry_files(e)} | {f"{CHECKPOINT_DIR}/{MANIFEST}"}
+    return {f"{CHECKPOINT_DIR}/{rel}" for e in entries for rel in entry_files(e)} | {f"{CHECKPOINT_DIR}/{INDEX}"}
 
 
 def _sha256(path: Path) -> str:
