@@ -3,7 +3,9 @@
 Layers, later wins: the dataclass defaults, a job YAML (`--config`), then CLI overrides
 (`--cores`, `--set trainer.max_epochs=5`, ...). Every key is checked: an unknown or
 mistyped key is a `UserError` naming the dotted key, the value given and what is allowed.
-Imports no torch, so a bad value is refused in milliseconds.
+Imports no torch, so a bad value is refused in milliseconds. A section that belongs to one
+part of the engine lives there (`trainer.data.config`, `trainer.diagnostics.config`) and is
+composed into `JobConfig` here.
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from trainer.errors import UserError
+from trainer.data.config import DataConfig
+from trainer.diagnostics.config import DiagnosticsConfig
+from trainer.errors import UserError, require
 from trainer.parallel.mesh import DATA_PARALLEL
 from trainer.precision import canonical_precision
 
@@ -67,31 +71,31 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "precision", canonical_precision(self.precision, "trainer.precision"))
-        _require(self.max_epochs >= 1, "trainer.max_epochs", self.max_epochs, "an integer >= 1")
-        _require(self.max_steps == -1 or self.max_steps >= 1, "trainer.max_steps", self.max_steps,
+        require(self.max_epochs >= 1, "trainer.max_epochs", self.max_epochs, "an integer >= 1")
+        require(self.max_steps == -1 or self.max_steps >= 1, "trainer.max_steps", self.max_steps,
                  "an integer >= 1, or -1 for no limit")
-        _require(type(self.accumulate_grad_batches) is int and self.accumulate_grad_batches >= 1,
+        require(type(self.accumulate_grad_batches) is int and self.accumulate_grad_batches >= 1,
                  "trainer.accumulate_grad_batches", self.accumulate_grad_batches, "an integer >= 1")
-        _require(isinstance(self.gradient_clip_val, (int, float)) and self.gradient_clip_val >= 0,
+        require(isinstance(self.gradient_clip_val, (int, float)) and self.gradient_clip_val >= 0,
                  "trainer.gradient_clip_val", self.gradient_clip_val, "a number >= 0 (0 turns clipping off)")
         interval = self.val_check_interval
-        _require((type(interval) is int and interval >= 1) or (type(interval) is float and 0 < interval <= 1),
+        require((type(interval) is int and interval >= 1) or (type(interval) is float and 0 < interval <= 1),
                  "trainer.val_check_interval", interval,
                  "an integer >= 1 (every N optimizer steps) or a float in (0, 1] (a fraction of an epoch)")
-        _require(
+        require(
             self.log_every_n_steps >= 1, "trainer.log_every_n_steps", self.log_every_n_steps,
             "an integer >= 1",
         )
-        _require(
+        require(
             self.last_batch in LAST_BATCH_CHOICES, "trainer.last_batch", self.last_batch,
             " or ".join(LAST_BATCH_CHOICES),
         )
-        _require(self.prefetch_batches >= 1, "trainer.prefetch_batches", self.prefetch_batches, ">= 1")
-        _require(
+        require(self.prefetch_batches >= 1, "trainer.prefetch_batches", self.prefetch_batches, ">= 1")
+        require(
             self.resume != "auto" or bool(self.run_dir), "trainer.resume", self.resume,
             "auto together with a run directory (--run-dir / RUN_DIR=...) to look in",
         )
-        _require(
+        require(
             not self.resume.startswith("gs://"), "trainer.resume", self.resume,
             "auto or a local checkpoint path; to resume a run in a bucket, pass its directory as "
             "--run-dir gs://BUCKET/PATH (RUN_DIR=...) with --resume auto (RESUME=auto)",
@@ -112,37 +116,7 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         for key in ("every_n_steps", "every_n_epochs", "keep_last"):
             value = getattr(self, key)
-            _require(value >= 0, f"checkpoint.{key}", value, "an integer >= 0 (0 turns it off)")
-
-
-@dataclass(frozen=True)
-class DiagnosticsConfig:
-    """What the run reports about XLA itself (trainer.diagnostics). CLI: --debug, --strict-compile, ..."""
-
-    debug: bool = False
-    """Save torch_xla's metrics report (RUN_DIR/xla_metrics.txt) and its compile/execute causes with
-    Python lines (RUN_DIR/xla_debug.txt), and print a short summary. Slower: for diagnosis. CLI: --debug."""
-    strict_compile: bool = False
-    """A compilation after warm-up fails the run instead of logging a warning. CLI: --strict-compile."""
-    warmup_steps: int = 3
-    """Steps allowed to compile (the step graph, then with the optimizer's state) before the guard speaks."""
-    profile_steps: str = ""
-    """"FIRST:LAST": capture an XLA profiler trace of these global steps into RUN_DIR/profile. CLI: --profile-steps."""
-    profile_port: int = 9012
-    """Port of the profiler server started for a profile window (also lets TensorBoard capture live)."""
-    compile_cache: str = ""
-    """Directory for XLA's persistent compilation cache; switched off where the backend cannot reload
-    executables (PJRT CPU in torch_xla 2.9). CLI: --compile-cache."""
-    quiet_xla_logs: bool = True
-    """Show XLA's per-compilation GSPMD deprecation warning once instead of on every SPMD compilation."""
-
-    def __post_init__(self) -> None:
-        _require(self.warmup_steps >= 0, "diagnostics.warmup_steps", self.warmup_steps, "an integer >= 0")
-        _require(1 <= self.profile_port <= 65535, "diagnostics.profile_port", self.profile_port, "a TCP port, 1-65535")
-        if self.profile_steps:
-            from trainer.diagnostics.profile_window import StepWindow
-
-            StepWindow.parse(self.profile_steps, flag="diagnostics.profile_steps (--profile-steps)")
+            require(value >= 0, f"checkpoint.{key}", value, "an integer >= 0 (0 turns it off)")
 
 
 @dataclass(frozen=True)
@@ -165,38 +139,8 @@ class ParallelConfig:
     def __post_init__(self) -> None:
         for key in ("fsdp_wrap", "activation_checkpointing"):
             names = getattr(self, key)
-            _require(all(isinstance(n, str) and n for n in names), f"parallel.{key}", names,
+            require(all(isinstance(n, str) and n for n in names), f"parallel.{key}", names,
                      "a list of module class names, e.g. [GPT2Block]")
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """Pre-tokenized shards to train on (`tpu-trainer tokenize` writes them). An empty path: the
-    loaders handed to `fit`, else the module's own train_dataloader()/val_dataloader()."""
-
-    path: str = ""
-    """A shard directory, local or gs://BUCKET/PATH (its index.json, shards and tokenizer)."""
-    seq_len: int = 0
-    """Tokens per sequence; at most the model's positions."""
-    global_batch_size: int = 0
-    """Sequences per micro-step over all hosts and devices; the hosts times the data-carrying mesh
-    axes must divide it."""
-    seed: int = 0
-    """Seeds the global order of the sequences (re-permuted every epoch with the epoch in the seed)."""
-    packing: bool = True
-    """Concatenate documents across boundaries; false: every sequence starts at a document start,
-    padded with labels -100."""
-    validation_fraction: float = 0.01
-    """The fraction of documents (chosen by a hash of their name) held out for validation."""
-
-    def __post_init__(self) -> None:
-        if not self.path:
-            return
-        _require(self.seq_len >= 1, "data.seq_len", self.seq_len, "an integer >= 1 (tokens per sequence)")
-        _require(self.global_batch_size >= 1, "data.global_batch_size", self.global_batch_size,
-                 "an integer >= 1 (sequences per micro-step over all devices)")
-        _require(0 <= self.validation_fraction < 1, "data.validation_fraction", self.validation_fraction,
-                 "a fraction in [0, 1)")
 
 
 @dataclass(frozen=True)
@@ -215,7 +159,7 @@ class JobConfig:
 
     def __post_init__(self) -> None:
         modname, _, cls = self.module.partition(":")
-        _require(bool(modname and cls), "module", self.module, 'the form "package.module:Class"')
+        require(bool(modname and cls), "module", self.module, 'the form "package.module:Class"')
 
     @property
     def name(self) -> str:
@@ -316,8 +260,3 @@ def _check_type(dotted: str, value: Any, expected: Any) -> Any:
             f"{expected.__name__}. Fix the value in the job YAML or on the command line."
         )
     return value
-
-
-def _require(condition: bool, dotted: str, value: Any, allowed: str) -> None:
-    if not condition:
-        raise UserError(f"config key {dotted!r} got {value!r}; allowed: {allowed}. Fix the value and rerun.")
