@@ -59,6 +59,8 @@ class StorageServer:
     proxy_port: int = 0
     process: subprocess.Popen | None = None
     requests: list[Request] = field(default_factory=list)
+    served: list[tuple[Request, int]] = field(default_factory=list)
+    """Each answered request with the bytes of its response body."""
     faults: list[Fault] = field(default_factory=list)
 
     @property
@@ -156,6 +158,7 @@ class StorageServer:
                     if key.lower() not in ("transfer-encoding", "connection", "content-length"):
                         self.send_header(key, value)
                 self.send_header("Content-Length", str(len(data)))
+                server.served.append((request, len(data)))
                 self.end_headers()
                 self.wfile.write(data)
                 upstream.close()

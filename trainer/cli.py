@@ -112,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     env.add_argument("--cores", type=int, help="devices the run will use (fills ${devices})")
     env.set_defaults(func=run_env)
 
+    tokenize = commands.add_parser("tokenize", add_help=False,
+                                   help="tokenize a text corpus into shards (`tpu-trainer tokenize --help`)")
+    tokenize.set_defaults(func=None)  # main() hands `tokenize ...` to its own parser
+
     preflight = commands.add_parser("preflight", help="check the torch/torch_xla pair")
     preflight.add_argument("--import", dest="do_import", action="store_true", help="also import torch_xla")
     preflight.set_defaults(func=run_preflight)
@@ -200,6 +204,11 @@ def run_preflight(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["tokenize"]:  # its own parser (argparse's REMAINDER drops leading options)
+        from trainer.data.tokens.tokenize_corpus import tokenize_main
+
+        return tokenize_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(name)s: %(message)s", stream=sys.stderr)
     logging.captureWarnings(True)

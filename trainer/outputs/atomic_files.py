@@ -41,6 +41,11 @@ def write_text_atomic(text: str, path: Path) -> None:
         f.write(text)
 
 
+def write_bytes_atomic(data: bytes, path: Path) -> None:
+    with atomic_writer(path, "wb") as f:
+        f.write(data)
+
+
 def write_json_atomic(data: Any, path: Path) -> None:
     write_text_atomic(json.dumps(data, indent=2) + "\n", path)
 
