@@ -182,3 +182,36 @@ class TinyBert(TrainModule):
         rows = [{"input_ids": t, "attention_mask": torch.ones_like(t), "labels": y}
                 for t, y in zip(self.tokens, self.labels)]
         return DataLoader(rows, batch_size=self.batch_size, shuffle=True, generator=torch.Generator().manual_seed(0))
+
+
+class ShardsGPT2(TrainModule):
+    """A 2-layer Hugging Face GPT-2 (from a config) for token shards: batches are
+    {"input_ids", "labels"} as `TokenShards` gives them; the loss shifts labels itself."""
+
+    def __init__(self, vocab_size: int = 257, context: int = 32, lr: float = 3e-3, step_sleep: float = 0.0):
+        super().__init__()
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        config = GPT2Config(vocab_size=vocab_size, n_positions=context, n_embd=64, n_layer=2, n_head=4,
+                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        self.model = GPT2LMHeadModel(config)
+        self.lr, self.step_sleep = lr, step_sleep
+
+    def _loss(self, batch):
+        logits = self.model(input_ids=batch["input_ids"]).logits[:, :-1]
+        labels = batch["labels"][:, 1:]
+        nll = F.cross_entropy(logits.transpose(1, 2).float(), labels, reduction="none", ignore_index=-100)
+        return nll.sum(dim=1) / (labels != -100).sum(dim=1).clamp(min=1)
+
+    def training_step(self, batch, batch_idx):
+        if self.step_sleep:
+            import time
+
+            time.sleep(self.step_sleep)
+        return self._loss(batch)
+
+    def validation_step(self, batch, batch_idx):
+        return {"loss": self._loss(batch)}
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=self.lr)

@@ -66,6 +66,7 @@ def build_fit(job: Any, plan: Any, runtime: Any, diagnostics: Any, place: RunPla
     repoint_optimizer(schedule.optimizer, moved)
 
     train_loader, val_loader = choose_loaders(job.data, module, train_loader, val_loader)
+    check_shards_fit(module, train_loader, val_loader)
     train = _device_loader(train_loader, cfg, plan, rt, precision)
     val = _device_loader(val_loader, cfg, plan, rt, precision) if val_loader is not None else None
 
@@ -109,6 +110,27 @@ def choose_loaders(data: Any, module: Any, train_loader: Any, val_loader: Any) -
     train_loader = train_loader if train_loader is not None else module.train_dataloader()
     val_loader = val_loader if val_loader is not None else module.val_dataloader()
     return train_loader, val_loader
+
+
+def check_shards_fit(module: Any, *loaders: Any) -> None:
+    """Token shards whose vocabulary or sequence length the model cannot take: a UserError now, on
+    the host, not an index error inside the first compiled step. The model's sizes are read where
+    Hugging Face keeps them (get_input_embeddings, config.n_positions / max_position_embeddings),
+    else from its first nn.Embedding."""
+    import torch
+
+    shards = [loader for loader in loaders if is_token_shards(loader)]
+    if not shards:
+        return
+    getter = getattr(module, "get_input_embeddings", None) or getattr(getattr(module, "model", None),
+                                                                       "get_input_embeddings", None)
+    embedding = getter() if callable(getter) else next(
+        (m for m in module.modules() if isinstance(m, torch.nn.Embedding)), None)
+    config = getattr(module, "config", None) or getattr(getattr(module, "model", None), "config", None)
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    for loader in shards:
+        if embedding is not None:
+            loader.check_model(embedding.num_embeddings, positions)
 
 
 def _device_loader(loader: Any, cfg: Any, plan: Any, rt: Any, precision: Precision) -> DeviceLoader:
