@@ -2,7 +2,7 @@
 # Build it with `invoke build [--version 2.8]` (Docker SDK, legacy builder); the pair's
 # versions come from env/versions.yaml and its exact pins from env/constraints-<pair>.txt.
 # Run it: `docker run --rm --user "$(id -u):$(id -g)" -v "$PWD/runs:/work/runs"
-#   tpu-trainer:2.9 train --cores 8 --precision bf16` (on a TPU VM add --privileged --net=host
+#   tpu-trainer:2.9 train --devices 8 --precision bf16` (on a TPU VM add --privileged --net=host
 #   and `--env-profile tpu-vm`).
 
 # The official image by default; `invoke base-image` makes an offline equivalent.

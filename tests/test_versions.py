@@ -49,3 +49,33 @@ def test_dockerfile_passes_hadolint():
     done = subprocess.run([hadolint, "--failure-threshold", "warning", str(REPO_ROOT / "Dockerfile")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _stale_defaults(makefile: str, dockerfile: str) -> list[str]:
+    """Where the files that cannot read YAML disagree with env/versions.yaml's default pair."""
+    import re
+
+    pair = get_pair(default_key())
+    wanted = {"PAIR": pair.key, "TORCH_VERSION": pair.torch, "TORCH_XLA_VERSION": pair.torch_xla,
+              "LIBTPU_VERSION": pair.libtpu, "BASE_IMAGE": pair.default_base_image}
+    found = [("Makefile", "PAIR", v) for v in re.findall(r"^PAIR\s*\?=\s*(\S+)$", makefile, re.M)]
+    found += [("Dockerfile", k, v) for k, v in re.findall(r"^ARG (\w+)=(\S+)$", dockerfile, re.M) if k in wanted]
+    assert {k for _, k, _ in found} == set(wanted), found  # every default is still where we look
+    return [f"{where}: {k}={v}, but env/versions.yaml says {wanted[k]}" for where, k, v in found if v != wanted[k]]
+
+
+def test_the_makefile_and_dockerfile_defaults_are_the_default_pair():
+    makefile, dockerfile = (REPO_ROOT / "Makefile").read_text(), (REPO_ROOT / "Dockerfile").read_text()
+    assert _stale_defaults(makefile, dockerfile) == []
+    # Negative control: a Makefile left on another pair is caught.
+    other = next(key for key in load_pairs() if key != default_key())
+    stale = makefile.replace(f"PAIR   ?= {default_key()}", f"PAIR   ?= {other}")
+    assert _stale_defaults(stale, dockerfile) == [f"Makefile: PAIR={other}, but env/versions.yaml says {default_key()}"]
+
+
+def test_the_engine_reads_the_same_default_pair():
+    from trainer.runtime.startup import default_pair
+    from tooling.versions import default_image
+
+    assert default_pair() == default_key()
+    assert default_image() == f"tpu-trainer:{default_key()}"

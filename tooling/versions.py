@@ -65,6 +65,11 @@ def default_key(path: Path = VERSIONS_FILE) -> str:
     return str(yaml.safe_load(path.read_text())["default"])
 
 
+def default_image(repository: str = "tpu-trainer") -> str:
+    """The default pair's image, `tpu-trainer:<default>`: what `invoke pod` runs without --image."""
+    return f"{repository}:{default_key()}"
+
+
 def get_pair(key: str | None = None, path: Path = VERSIONS_FILE) -> VersionPair:
     """The pair named `key` (default: the file's `default`); ToolingError listing the choices."""
     pairs = load_pairs(path)

@@ -1,11 +1,11 @@
 """`tpu-trainer`: the command line of the engine (also `python -m trainer`).
 
-    tpu-trainer train [--cores 8] [--precision bf16] [--config job.yaml] [--set key=value ...]
-    tpu-trainer env --profile cpu [--cores 8]     # exports a shell can eval
-    tpu-trainer preflight [--import]              # version pair (and torch_xla import) check
+    tpu-trainer train [--devices 8] [--precision bf16] [--config job.yaml] [--set key=value ...]
+    tpu-trainer env [--profile cpu] [--devices 8]  # the exports `train` would set, for `eval`
+    tpu-trainer preflight [--import]               # version pair (and torch_xla import) check
 
-The entry point only parses, builds, runs and closes. A `UserError` is printed as one
-paragraph without a traceback and exits with code 2.
+The flags come from `trainer.settings`' table. The entry point only parses, builds, runs and
+closes. A `UserError` is printed as one paragraph without a traceback and exits with code 2.
 """
 from __future__ import annotations
 
@@ -17,55 +17,27 @@ import logging
 import sys
 from typing import Any, Sequence
 
+from trainer import settings
 from trainer.errors import USER_ERROR_EXIT_CODE, UserError
 
-# CLI flags that are shorthands for dotted config keys.
-FLAG_KEYS = {
-    "module": "module",
-    "cores": "trainer.devices",
-    "precision": "trainer.precision",
-    "max_epochs": "trainer.max_epochs",
-    "seed": "trainer.seed",
-    "run_dir": "trainer.run_dir",
-    "env_profile": "trainer.env_profile",
-    "log_every_n_steps": "trainer.log_every_n_steps",
-    "last_batch": "trainer.last_batch",
-    "resume": "trainer.resume",
-    "strategy": "parallel.strategy",
-    "mesh": "parallel.mesh",
-    "max_steps": "trainer.max_steps",
-    "accumulate_grad_batches": "trainer.accumulate_grad_batches",
-    "gradient_clip_val": "trainer.gradient_clip_val",
-    "val_check_interval": "trainer.val_check_interval",
-}
-# ---- diagnostics (issue 10) flags; their own block for easy merges.
-DIAGNOSTIC_FLAG_KEYS = {
-    "profile_steps": "diagnostics.profile_steps",
-    "compile_cache": "diagnostics.compile_cache",
-}
-DIAGNOSTIC_SWITCHES = {"debug": "diagnostics.debug", "strict_compile": "diagnostics.strict_compile"}
+
+class _Given(argparse.Action):
+    """Keeps the flag the user typed with the text they gave, so errors can quote their alias."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, (option_string, values))
 
 
-def add_diagnostic_flags(train: argparse.ArgumentParser) -> None:
-    group = train.add_argument_group("diagnostics (what XLA is doing)")
-    group.add_argument("--debug", action="store_true",
-                       help="save torch_xla's metrics report and compile/host-read causes into the run "
-                            "directory and print a summary (slower; for diagnosis)")
-    group.add_argument("--strict-compile", action="store_true",
-                       help="fail the run (exit 2) when XLA compiles again after the warm-up steps")
-    group.add_argument("--profile-steps", metavar="FIRST:LAST",
-                       help="capture an XLA profiler trace of these global steps into RUN_DIR/profile "
-                            "(view: tensorboard --logdir RUN_DIR/profile, Profile tab), e.g. 10:20")
-    group.add_argument("--compile-cache", metavar="DIR",
-                       help="persistent compilation cache directory (off on PJRT CPU, which cannot reload executables)")
-
-
-def diagnostic_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    overrides = {key: getattr(args, flag) for flag, key in DIAGNOSTIC_FLAG_KEYS.items()
-                 if getattr(args, flag, None) is not None}
-    overrides.update({key: True for flag, key in DIAGNOSTIC_SWITCHES.items() if getattr(args, flag, False)})
-    return overrides
-# ---- end diagnostics
+def add_settings(parser: argparse.ArgumentParser, command: str) -> None:
+    """One flag (with its aliases) per setting of `command` in trainer.settings' table, by config section."""
+    groups: dict[str | None, Any] = {None: parser, "trainer": parser}
+    for item in settings.for_command(command):
+        switch = item.kind == "switch"
+        if item.section not in groups:
+            groups[item.section] = parser.add_argument_group(f"{item.section} ({item.section}.* config keys)")
+        groups[item.section].add_argument(*item.flags, dest=item.name, action=_Given, nargs=0 if switch else None,
+                                          default=argparse.SUPPRESS, help=item.help, choices=item.choices or None,
+                                          metavar=None if switch else item.metavar)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,48 +45,22 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser("train", help="train a job (default: MLP on the 8x8 digits)")
-    train.add_argument("--config", help="job YAML (module, module_args, trainer: {...})")
-    train.add_argument("--module", help='the TrainModule class, "package.module:Class"')
-    train.add_argument("--cores", "--devices", dest="cores",
-                       help="1, all of the host's devices (8 on a v3-8 or the cpu profile), auto, or one device as a list: [5]")
-    train.add_argument("--precision", help="fp32 (default), bf16 (autocast), bf16-true (bf16 weights), or Lightning's 32/16-mixed/bf16-mixed...")
-    train.add_argument("--max-epochs", "--epochs", dest="max_epochs", type=int, help="passes over the training data")
-    train.add_argument("--seed", type=int, help="one seed for Python, NumPy, torch, XLA and the shuffle order")
-    train.add_argument("--run-dir", help="output directory (default runs/<time>-<job>); must be new or empty, unless resuming")
-    train.add_argument("--env-profile", help="runtime profile from env/: cpu, tpu-vm, ... (default auto)")
-    train.add_argument("--log-every-n-steps", type=int, help="read the loss to the host every N steps (asynchronously)")
-    train.add_argument("--last-batch", choices=("pad", "drop"), help="pad+mask (default) or drop a ragged last batch")
-    train.add_argument("--resume", metavar="auto|PATH",
-                       help="auto: continue from the newest valid checkpoint in --run-dir (fresh if none); "
-                            "PATH: from that checkpoint file. Exit codes after SIGTERM/SIGINT: 143/130")
-    train.add_argument("--max-steps", type=int, help="stop after N optimizer steps (mid-epoch if need be), "
-                                                     "with a final checkpoint")
-    train.add_argument("--accumulate-grad-batches", "--accumulate", dest="accumulate_grad_batches", type=int,
-                       help="batches per optimizer step (gradient accumulation)")
-    train.add_argument("--gradient-clip-val", "--clip", dest="gradient_clip_val", type=float,
-                       help="clip the gradients' global norm to this (0: off); logs grad_norm")
-    train.add_argument("--val-check-interval", help="also validate every N optimizer steps (integer) or "
-                                                    "fraction of an epoch (0.25)")
-    train.add_argument("--strategy", help="data (default: every device holds the whole model) or fsdp (parameters, "
-                                          "gradients and optimizer state sharded over the mesh)")
-    train.add_argument("--mesh", help="device mesh axis sizes, e.g. data:2,fsdp:4 (product = devices); default: one "
-                                      "axis over every device")
-    train.add_argument("--options-from", choices=("cli", "make"), default="cli",
-                       help="how errors spell options: as these flags (default) or as make variables (CORES=...)")
+    add_settings(train, "train")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override any config key, e.g. --set module_args.lr=0.01 (repeatable)")
-    train.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
-    add_diagnostic_flags(train)
     train.set_defaults(func=run_train)
 
-    env = commands.add_parser("env", help="print the exports of an environment profile")
-    env.add_argument("--profile", required=True, help="a profile in env/, e.g. cpu or tpu-vm")
-    env.add_argument("--cores", type=int, help="devices the run will use (fills ${devices})")
+    env = commands.add_parser("env", help="print the exports of an environment profile for the devices a run uses")
+    add_settings(env, "env")
     env.set_defaults(func=run_env)
 
     tokenize = commands.add_parser("tokenize", add_help=False,
                                    help="tokenize a text corpus into shards (`tpu-trainer tokenize --help`)")
     tokenize.set_defaults(func=None)  # main() hands `tokenize ...` to its own parser
+
+    for sub in (train, env):
+        sub.add_argument("--options-from", choices=settings.FRONT_ENDS[1:], default="cli",
+                         help="how errors spell options: as these flags (default) or as make variables (DEVICES=...)")
 
     preflight = commands.add_parser("preflight", help="check the torch/torch_xla pair")
     preflight.add_argument("--import", dest="do_import", action="store_true", help="also import torch_xla")
@@ -122,18 +68,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def job_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    from trainer.config import parse_override, parse_scalar
+def given(args: argparse.Namespace) -> tuple[dict[str, Any], settings.Spelling]:
+    """The settings on the command line as {name: value}, and how the user spelled them."""
+    typed = {item.name: getattr(args, item.name) for item in settings.for_command(args.command)
+             if hasattr(args, item.name)}
+    spelling = settings.Spelling.from_flags(args.options_from, {name: flag for name, (flag, _) in typed.items()},
+                                            args.command)
+    return {name: _value(settings.setting(name), text, spelling) for name, (_, text) in typed.items()}, spelling
 
-    overrides: dict[str, Any] = {}
-    for flag, key in FLAG_KEYS.items():
-        value = getattr(args, flag, None)
-        if value is not None:
-            overrides[key] = parse_scalar(value) if flag in ("cores", "val_check_interval") else value
-    if args.no_progress:
-        overrides["trainer.progress_bar"] = False
-    overrides.update(diagnostic_overrides(args))
-    for text in args.overrides:
+
+def _value(item: settings.Setting, text: Any, spelling: settings.Spelling) -> Any:
+    from trainer.config import parse_scalar
+
+    if item.kind == "switch":
+        return item.switch
+    if item.kind == "yaml":
+        return parse_scalar(text)
+    if item.kind == "text":
+        return text
+    number = {"int": int, "float": float}[item.kind]
+    try:
+        return number(text)
+    except ValueError:
+        what = "an integer" if number is int else "a number"
+        raise UserError(f"{spelling.assign(item.name, text)} is not {what}. {spelling.name(item.name)} takes {what}: "
+                        f"{item.help}. Fix: e.g. `{spelling.example(item.name, 1)}`.") from None
+
+
+def job_overrides(values: dict[str, Any], sets: Sequence[str] = ()) -> dict[str, Any]:
+    """Dotted config keys from the flags' values, then `--set` (later wins)."""
+    from trainer.config import parse_override
+
+    overrides = {settings.setting(name).key: value for name, value in values.items()
+                 if settings.setting(name).key is not None}
+    for text in sets:
         key, value = parse_override(text)
         overrides[key] = value
     return overrides
@@ -143,10 +111,10 @@ def run_train(args: argparse.Namespace) -> int:
     from trainer.config import load_job_config
     from trainer.engine import Trainer
     from trainer.runtime.seeding import seed_everything
-    from trainer.spelling import Spelling
 
-    job = load_job_config(args.config, job_overrides(args))
-    trainer = Trainer.from_job(job, Spelling(args.options_from))  # validates devices, mesh, profile; no torch yet
+    values, spelling = given(args)
+    job = load_job_config(values.get("config"), job_overrides(values, args.overrides))
+    trainer = Trainer.from_job(job, spelling)  # validates devices, mesh, profile; no torch yet
     trainer.check_run_dir()  # a gs:// bucket that cannot be written fails before the model is even built
     seed_everything(job.trainer.seed)  # the module's initial weights: same seed, same weights
     module = instantiate_module(job.module, job.module_args)
@@ -183,11 +151,14 @@ def instantiate_module(spec: str, module_args: dict) -> Any:
 
 
 def run_env(args: argparse.Namespace) -> int:
-    from trainer.runtime.profiles import check_runtime_supported, export_lines, load_profile
+    """What `train` with the same devices and profile would export: the same parser, the same defaults."""
+    from trainer.config import load_job_config
+    from trainer.runtime.profiles import export_lines
+    from trainer.runtime.startup import plan_runtime
 
-    profile = load_profile(args.profile)
-    check_runtime_supported(profile)
-    print(export_lines(profile.render(devices=args.cores or profile.devices_per_host or 1)))
+    values, spelling = given(args)
+    options = load_job_config(None, job_overrides(values)).trainer
+    print(export_lines(plan_runtime(options.devices, options.env_profile, spelling=spelling).env))
     return 0
 
 

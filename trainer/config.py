@@ -1,7 +1,7 @@
 """Typed job configuration, composed in layers and validated once, at the edge.
 
 Layers, later wins: the dataclass defaults, a job YAML (`--config`), then CLI overrides
-(`--cores`, `--set trainer.max_epochs=5`, ...). Every key is checked: an unknown or
+(`--devices`, `--set trainer.max_epochs=5`, ...). Every key is checked: an unknown or
 mistyped key is a `UserError` naming the dotted key, the value given and what is allowed.
 Imports no torch, so a bad value is refused in milliseconds. A section that belongs to one
 part of the engine lives there (`trainer.data.config`, `trainer.diagnostics.config`) and is
@@ -33,7 +33,7 @@ class TrainerConfig:
     """How the engine trains: devices, precision, length, logging."""
 
     devices: Any = 1
-    """1, the host's device count, "auto", or one device index as a list ([5]). CLI: --cores."""
+    """1, the host's device count, "auto", or one device index as a list ([5]). CLI: --devices (alias --cores)."""
     precision: str = "fp32"
     """fp32, bf16 (mixed), bf16-true, or Lightning's 32/16/bf16-mixed/... spellings."""
     max_epochs: int = 15

@@ -14,7 +14,7 @@ from typing import Any
 
 from trainer.config import JobConfig, TrainerConfig
 from trainer.runtime.startup import RuntimePlan, apply_environment, plan_runtime, start_xla
-from trainer.spelling import Spelling
+from trainer.settings import Spelling
 from trainer.trainer_options import split_options
 
 

@@ -30,6 +30,7 @@ OLD_TO_NEW = {
     "trainer.schedules": "trainer.fit.schedules",
     "trainer.seeding": "trainer.runtime.seeding",
     "trainer.session": "trainer.fit.session",
+    "trainer.spelling": "trainer.settings",
     "trainer.tpu_host": "trainer.runtime.tpu_host",
 }
 """Old dotted name -> new one. `trainer.runtime` and `trainer.outputs` became packages of the

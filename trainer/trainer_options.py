@@ -2,32 +2,25 @@
 
 People arrive from Lightning with `Trainer(accelerator="tpu", devices=8, max_steps=1000,
 accumulate_grad_batches=4, gradient_clip_val=1.0, enable_progress_bar=False, ...)`.
-Each keyword lands in one config section; a Lightning option we do not support is named
-as such (never silently ignored), and a typo gets the nearest spelling. Imports no torch.
+Each keyword lands in one config section; the keywords and Lightning's renamings are those
+of `trainer.settings`' table. A Lightning option we do not support is named as such (never
+silently ignored), and a typo gets the nearest spelling. Imports no torch.
 """
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import logging
 from typing import Any
 
-from trainer.config import CheckpointConfig, DiagnosticsConfig, ParallelConfig, TrainerConfig
 from trainer.errors import UserError
 from trainer.parallel.mesh import DATA_PARALLEL, FULLY_SHARDED
+from trainer.settings import SECTIONS as SECTION_NAMES
+from trainer.settings import SETTINGS
 
 log = logging.getLogger(__name__)
 
-SECTIONS = {
-    "trainer": {f.name for f in dataclasses.fields(TrainerConfig)},
-    "parallel": {f.name for f in dataclasses.fields(ParallelConfig)},
-    "diagnostics": {f.name for f in dataclasses.fields(DiagnosticsConfig)},
-    "checkpoint": {f.name for f in dataclasses.fields(CheckpointConfig)},
-}
-RENAMED = {  # Lightning's name -> ours
-    "enable_progress_bar": "progress_bar",
-    "default_root_dir": "runs_root",
-}
+SECTIONS = {section: {s.keyword for s in SETTINGS if s.section == section} for section in SECTION_NAMES}
+RENAMED = {alias: s.name for s in SETTINGS for alias in s.lightning}  # Lightning's name -> ours
 ACCELERATORS = {"auto": "auto", "xla": "auto", "tpu": "tpu-vm"}
 LIGHTNING_STRATEGIES = {"auto": DATA_PARALLEL, "xla": DATA_PARALLEL, "ddp": DATA_PARALLEL,
                         "xla_fsdp": FULLY_SHARDED, "fsdp": FULLY_SHARDED}
@@ -90,7 +83,7 @@ def _unknown(key: str) -> UserError:
     if key in UNSUPPORTED:
         return UserError(f"Trainer({key}=...) is a Lightning option that tpu-trainer does not support: "
                          f"{UNSUPPORTED[key]}. Fix: remove it.")
-    known = sorted({"accelerator", *RENAMED} | set().union(*SECTIONS.values()))
+    known = sorted(set(RENAMED).union(*SECTIONS.values()))
     close = difflib.get_close_matches(key, known + sorted(UNSUPPORTED), n=1)
     hint = f" Did you mean {close[0]}?" if close else ""
     return UserError(f"Trainer() got an unknown option {key!r}.{hint} Options: {', '.join(known)}.")

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tooling.errors import ToolingError
 from tooling.docker.tpu_flags import DEFAULT_SHM_SIZE, check_shm_size
+from tooling.versions import default_image
 from trainer.runtime import env_vars
 
 #: Set by the launcher per worker; `--env` may not override them.
@@ -39,7 +40,7 @@ class PodSpec:
     """Names the pidfiles and containers of this launch on the workers; unique per launch."""
     args: tuple[str, ...] = ()
     """Arguments of `tpu-trainer train`, identical on every worker."""
-    image: str | None = "tpu-trainer:2.9"
+    image: str | None = field(default_factory=default_image)
     """Image every worker pulls and runs; None runs `entrypoint` installed on the host."""
     entrypoint: str = "tpu-trainer"
     """The engine's CLI on the host (only without an image): `/opt/venv/bin/tpu-trainer` or

@@ -21,6 +21,7 @@ from tooling.pod import commands as pc
 from tooling.errors import ToolingError
 from tooling.pod.fanout import Outcome, fan_out
 from tooling.pod.transports import OFFLINE_HINT, GcloudTransport, Transport
+from tooling.versions import default_image
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ def failure(phase: Phase, outcome: Outcome, spec: pc.PodSpec, transport: Transpo
             f"{said}.{others} Every worker pulls the image before training so all run the "
             "same build: push it to a registry the workers can reach (`invoke push`), name "
             "it by its registry path in --image (e.g. us-docker.pkg.dev/PROJECT/REPO/"
-            "tpu-trainer:2.9), and let the workers log in (`gcloud auth configure-docker`); "
+            f"{default_image()}), and let the workers log in (`gcloud auth configure-docker`); "
             "for an image that already exists on every worker, pass --no-pull."
         )
     return ToolingError(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from trainer.errors import UserError
-from trainer.spelling import Spelling
+from trainer.settings import Spelling
 
 DATA, FSDP = "data", "fsdp"
 AXES = (DATA, FSDP)

@@ -1,11 +1,12 @@
 """Which XLA devices a run uses, decided before torch_xla is imported.
 
-`devices` (CLI `--cores`, make `CORES`) accepts what Lightning's `devices=` accepts on
-TPUs: `1`, the host's full device count, `auto` (the full count), or one device index
-as a list, e.g. `[5]`. Several devices always means one SPMD program over all of them
-(how the model and batch are spread is `trainer.parallel`'s business); a subset of
-several devices is not offered. The raw value is parsed once, here, into a
-`DeviceSelection`; errors quote it in the user's own spelling (`trainer.spelling`).
+`devices` (CLI `--devices`, alias `--cores`; make `DEVICES`, alias `CORES`) accepts what
+Lightning's `devices=` accepts on TPUs: `1`, the host's full device count, `auto` (the full
+count), or one device index as a list, e.g. `[5]`. Several devices always means one SPMD
+program over all of them (how the model and batch are spread is `trainer.parallel`'s
+business); a subset of several devices is not offered. The raw value is parsed once, here,
+into a `DeviceSelection`, for `train` and `env` alike; errors quote it in the user's own
+spelling (`trainer.settings.Spelling`).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import ast
 from dataclasses import dataclass
 
 from trainer.errors import UserError
-from trainer.spelling import Spelling
+from trainer.settings import Spelling
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class DeviceSelection:
     count: int
     """How many devices take part: 1, or every device of the host."""
     index: int | None = None
-    """The one device to use when the user named it (`CORES=[5]`); None means device 0 or all."""
+    """The one device to use when the user named it (`DEVICES=[5]`); None means device 0 or all."""
 
     @property
     def spmd(self) -> bool:
@@ -49,7 +50,10 @@ def allowed_values(host_devices: int) -> str:
     return f"{counts}, auto, or one device index as a list, [0] to [{host_devices - 1}]"
 
 
-def select_devices(raw: object, host_devices: int, spelling: Spelling = Spelling("make")) -> DeviceSelection:
+_MAKE = Spelling("make", {"devices": "CORES"})  # the first front end's spelling, kept as the default
+
+
+def select_devices(raw: object, host_devices: int, spelling: Spelling = _MAKE) -> DeviceSelection:
     """Parse `raw` (a CLI string, a YAML or Python int or list) against this host.
 
     Raises UserError quoting `raw` as the user spelled it and the values allowed here.

@@ -1,6 +1,6 @@
 """The XLA runtime: host discovery, profile choice, preflight, then torch_xla start-up.
 
-Everything before `start_xla` imports no torch: a wrong CORES, profile or version pair
+Everything before `start_xla` imports no torch: a wrong DEVICES, profile or version pair
 is refused in milliseconds with the fix, instead of after torch_xla's 4 s import or,
 worse, after torch_xla silently fell back to the CPU.
 """
@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Mapping
 
+import yaml
+
 from trainer.runtime import env_vars
 from trainer.runtime.devices import DeviceSelection, select_devices
 from trainer.errors import UserError
 from trainer.parallel.mesh import DATA_PARALLEL, ParallelPlan, plan_parallel
-from trainer.runtime.profiles import Profile, check_runtime_supported, load_profile
-from trainer.spelling import Spelling
+from trainer.runtime.profiles import Profile, check_runtime_supported, env_dir, load_profile
+from trainer.settings import Spelling
 from trainer.runtime.tpu_host import default_profile_name, tpu_host_devices
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,7 @@ def check_version_pair() -> tuple[str, str]:
         raise UserError(
             f"{exc.args[0]} is not installed in this Python ({sys.executable}). tpu-trainer needs a "
             "matched torch/torch_xla pair. Fix: run `make train` (it creates .venv with the pinned "
-            "pair), or `pip install -c env/constraints-2.9.txt torch torch-xla`."
+            f"pair), or `pip install -c env/constraints-{default_pair()}.txt torch torch-xla`."
         ) from None
 
     def release(version: str) -> tuple[int, int]:
@@ -65,6 +67,14 @@ def check_version_pair() -> tuple[str, str]:
             "env/constraints-*.txt, as `make train` does)."
         )
     return torch_version, xla_version
+
+
+def default_pair() -> str:
+    """The pair `make` installs by default: `default` in env/versions.yaml (its one home)."""
+    try:
+        return str(yaml.safe_load((env_dir() / "versions.yaml").read_text())["default"])
+    except (OSError, KeyError, TypeError):
+        return "<pair>"  # an install without env/: the message still names the file pattern
 
 
 def plan_runtime(devices: Any, profile_name: str = "auto", strategy: str = DATA_PARALLEL, mesh: Any = "",
