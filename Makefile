@@ -16,7 +16,7 @@ quote = '$(subst ','\'',$(1))'
 GIVEN = $(strip $(foreach v,$(filter-out PAIR VENV PYTHON,$(.VARIABLES)),$(if $(filter command line,$(origin $(v))),--var $(call quote,$(v)=$($(v))))))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup settings train test env bench
+.PHONY: help setup settings train tokenize test env bench
 
 help: ## list the targets and the variables each takes
 	@$(PYTHON) -m tooling.tasks.variables $(firstword $(MAKEFILE_LIST))
@@ -33,6 +33,9 @@ settings: $(SETUP) ## every variable in every spelling: make, invoke/CLI flag, T
 
 train: $(SETUP) ## train a job on XLA (default: an MLP on the 8x8 digits; CONFIG=job.yaml for yours)
 	$(INVOKE) from-make train $(GIVEN)
+
+tokenize: $(SETUP) ## tokenize a text corpus into token shards for a job's data: section (INPUT=DIR OUT=DIR|gs://...)
+	$(INVOKE) from-make tokenize $(GIVEN)
 
 test: $(SETUP) ## run the tests on CPU-emulated XLA (all but the image tests)
 	$(INVOKE) from-make test $(GIVEN)

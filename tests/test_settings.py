@@ -59,7 +59,11 @@ def test_the_trainer_keywords_are_exactly_the_config_fields():
         in_table = {s.keyword for s in SETTINGS if s.section == section}
         assert in_table == {f.name for f in dataclasses.fields(cls)}, section
     top = {s.key for s in SETTINGS if s.key and s.section is None}
-    assert top == {f.name for f in dataclasses.fields(JobConfig)} - set(sections) - {"module_args"}
+    assert top == {f.name for f in dataclasses.fields(JobConfig)} - set(sections) - {"module_args", "data"}
+    from trainer.config import DataConfig
+
+    assert {s.key.partition(".")[2] for s in SETTINGS if s.section == "data"} == \
+        {f.name for f in dataclasses.fields(DataConfig)}  # the data: section, by CLI flag and make variable
 
 
 @pytest.mark.parametrize("item", [s for s in SETTINGS if s.keyword], ids=lambda s: s.name)

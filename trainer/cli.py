@@ -54,11 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_settings(env, "env")
     env.set_defaults(func=run_env)
 
-    tokenize = commands.add_parser("tokenize", add_help=False,
-                                   help="tokenize a text corpus into shards (`tpu-trainer tokenize --help`)")
-    tokenize.set_defaults(func=None)  # main() hands `tokenize ...` to its own parser
+    tokenize = commands.add_parser("tokenize", help="tokenize a text corpus into token shards for `data:` "
+                                   "(every core; a re-run after an interruption skips finished shards)")
+    add_settings(tokenize, "tokenize")
+    tokenize.set_defaults(func=run_tokenize)
 
-    for sub in (train, env):
+    for sub in (train, env, tokenize):
         sub.add_argument("--options-from", choices=settings.FRONT_ENDS[1:], default="cli",
                          help="how errors spell options: as these flags (default) or as make variables (DEVICES=...)")
 
@@ -162,6 +163,22 @@ def run_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_tokenize(args: argparse.Namespace) -> int:
+    from trainer.data.tokens.tokenize_corpus import report, tokenize
+
+    values, spelling = given(args)
+    for required in ("input", "out"):
+        if required not in values:
+            raise UserError(f"tokenize needs {spelling.name(required)}: {settings.setting(required).help}. Fix: "
+                            f"e.g. `{spelling.example('input', 'texts/')}` with {spelling.name('out')} DIR.")
+    out = values["out"]
+    local = tokenize(values["input"], out, values.get("tokenizer", "bytes"), values.get("train_bpe", 0),
+                     values.get("jsonl_field"), int(values.get("shard_megabytes", 64) * (1 << 20)),
+                     values.get("workers", 0))
+    print(report(local, out))
+    return 0
+
+
 def run_preflight(args: argparse.Namespace) -> int:
     from trainer.runtime.startup import check_version_pair
 
@@ -175,11 +192,6 @@ def run_preflight(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["tokenize"]:  # its own parser (argparse's REMAINDER drops leading options)
-        from trainer.data.tokens.tokenize_corpus import tokenize_main
-
-        return tokenize_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(name)s: %(message)s", stream=sys.stderr)
     logging.captureWarnings(True)

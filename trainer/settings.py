@@ -157,6 +157,31 @@ SETTINGS: tuple[Setting, ...] = (
                  "executables)", metavar="DIR"),
     _diagnostics("quiet_xla_logs", "show XLA's GSPMD deprecation warning on every SPMD compilation (default: once)",
                  flags=("--no-quiet-xla-logs",), kind="switch", switch=False),
+    Setting("data_path", "data.path", "token shards to train on (`tpu-trainer tokenize` writes them), a directory "
+            "or gs://BUCKET/PATH; default: the module's own loaders", flags=("--data",), metavar="DIR"),
+    Setting("seq_len", "data.seq_len", "tokens per sequence of the token shards", kind="int", metavar="N"),
+    Setting("global_batch_size", "data.global_batch_size", "sequences per micro-step over all hosts and devices",
+            kind="int", metavar="N"),
+    Setting("data_seed", "data.seed", "seed of the shards' global order (re-permuted each epoch; default 0)",
+            kind="int", metavar="N"),
+    Setting("packing", "data.packing", "start every sequence at a document start, padded (default: pack "
+            "documents across boundaries)", flags=("--no-packing",), kind="switch", switch=False),
+    Setting("validation_fraction", "data.validation_fraction", "fraction of documents held out for validation, "
+            "by a hash of their names (default 0.01)", kind="float", metavar="F"),
+    Setting("input", None, "a text corpus: a directory (every file a document) or a glob", commands=("tokenize",),
+            metavar="DIR_OR_GLOB"),
+    Setting("out", None, "where the shards go: a directory or gs://BUCKET/PATH", commands=("tokenize",),
+            metavar="DIR"),
+    Setting("tokenizer", None, "bytes (vocabulary 257, default) or a Hugging Face tokenizer.json",
+            commands=("tokenize",), metavar="bytes|FILE"),
+    Setting("train_bpe", None, "train a byte-level BPE of this vocabulary on the corpus first (offline)",
+            commands=("tokenize",), kind="int", metavar="VOCAB"),
+    Setting("jsonl_field", None, "read one document per JSON line, from this field", commands=("tokenize",),
+            metavar="NAME"),
+    Setting("shard_megabytes", None, "input megabytes per shard (default 64)", commands=("tokenize",),
+            kind="float", metavar="MB"),
+    Setting("workers", None, "tokenizing processes (default: every core)", commands=("tokenize",), kind="int",
+            metavar="N"),
 )
 
 

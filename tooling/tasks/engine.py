@@ -67,6 +67,15 @@ def env(c, **options):
     print(result.stdout, end="")
 
 
+@cli_task("tokenize")
+def tokenize(c, **options):
+    """Tokenize a text corpus into token shards (`data:` in a job YAML trains from them).
+
+    Uses every core; a re-run after an interruption skips the shards already done.
+    """
+    run(c, cli_argv("tokenize", options))
+
+
 @task(help=help_for("test"))
 def test(c, marker="not docker", k=None, args=""):
     """Run the test suite on CPU-emulated XLA (the image tests run with `invoke test-image`)."""

@@ -11,12 +11,10 @@ to a local staging directory first, then uploaded, the index last.
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import os
 import shutil
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from tqdm.auto import tqdm
 
 from trainer.data.tokens import shard_format
 from trainer.data.tokens.tokenizer import BYTES, Tokenizer, train_bpe
-from trainer.errors import USER_ERROR_EXIT_CODE, UserError
+from trainer.errors import UserError
 from trainer.outputs.atomic_files import TMP_PREFIX
 
 _worker_tokenizer: Tokenizer | None = None
@@ -141,25 +139,9 @@ def _upload(local: Path, url: str) -> None:
         fs.put_file(str(path), target)
 
 
-def tokenize_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tpu-trainer tokenize", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--input", required=True, help="a directory (every file is a document) or a glob")
-    parser.add_argument("--out", required=True, help="output directory, or gs://BUCKET/PATH")
-    parser.add_argument("--tokenizer", default=BYTES, help="bytes (vocabulary 257) or a tokenizer.json")
-    parser.add_argument("--train-bpe", type=int, default=0, metavar="VOCAB",
-                        help="train a byte-level BPE of this vocabulary on the input first (offline)")
-    parser.add_argument("--jsonl-field", help="read one document per JSON line, from this field")
-    parser.add_argument("--shard-megabytes", type=float, default=64.0, help="input megabytes per shard")
-    parser.add_argument("--workers", type=int, default=0, help="worker processes (default: every core)")
-    args = parser.parse_args(argv)
-    try:
-        local = tokenize(args.input, args.out, args.tokenizer, args.train_bpe, args.jsonl_field,
-                         int(args.shard_megabytes * (1 << 20)), args.workers)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
+def report(local: Path, out: str) -> str:
+    """One line about what `tokenize` wrote."""
     index = json.loads((local / shard_format.INDEX).read_text())
     tokens = sum(s["tokens"] for s in index["shards"])
-    print(f"tokenized: {len(index['shards'])} shard(s), {tokens:,} tokens, vocabulary "
-          f"{index['tokenizer']['vocab_size']} -> {args.out}")
-    return 0
+    return (f"tokenized: {len(index['shards'])} shard(s), {tokens:,} tokens, vocabulary "
+            f"{index['tokenizer']['vocab_size']} -> {out}")
