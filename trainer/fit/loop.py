@@ -250,8 +250,7 @@ class EpochLoop:
             params = [p for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
             norm = torch.nn.utils.clip_grad_norm_(params, self.clip).detach()  # no host read: stays a device value
         self.module.on_before_optimizer_step(self.optimizer)
-        self.schedule.decay_parameters(self.acc.device)  # AdamW's decay, without a graph constant
-        self.optimizer.step()
+        self.schedule.optimizer_step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 

@@ -189,7 +189,7 @@ class FitSession:
         if self.resumed is not None:
             saved = self.resumed.state
             restore_training_state(self.resumed, self.state, rt, sharded=fully_sharded)
-            schedule.keep_numbers_on_device()  # the restored groups are the optimizer's own again
+            schedule.after_restore()  # an older engine's checkpoint: its groups back to the user's settings
             self.progress = self.progress.resumed(saved["position"]["epoch"], saved["position"]["batch"],
                                                   saved["global_step"])
         module.on_fit_start()
