@@ -11,21 +11,23 @@ Why the step still needs the engine (measured, torch_xla 2.9, `XLA_NO_SPECIAL_SC
 torch_xla keeps one device buffer per *value* and a graph takes one input per buffer. A
 number that changes every step then merges with any equal number of the graph and the
 graph changes: AdamW's `1 - lr * weight_decay` is 1.0 at a rate of exactly 0 (the same
-value as the backward's seed and clipping's bound: one compilation when a cosine reaches
+value as the backward's seed: one compilation when a cosine reaches
 0) and 0.999 at lr 1e-2 with weight_decay 0.1 (Adam's beta2: one compilation at the end of
 the warm-up); Adam's bias correction `sqrt(1 - beta2**step)` rounds to 1.0 in float32 at
-step 325 with beta2 0.95 (about 16,000 with 0.999). So `step` runs the optimizer with
+step 325 with beta2 0.95 (about 16,600 with 0.999). So `step` runs the optimizer with
 torch_xla's device-data cache off (`backend.distinct_scalars`): each number is its own
 input, equal or not, and the graph is the same every step. Nothing is read from the device.
 
 The price is host time: the numbers torch's Adam uses per parameter (about seven) are
-uploaded every step instead of found in the cache. Measured on CPU-XLA with a 50-tensor
-MLP, 1 device: `optimizer.step()` traces in 32-45 ms against 25-32 ms with the cache
-(the hand loop); 8 devices (SPMD, 18 tensors): 19-20 ms against 10 ms, as each upload
-goes to every device. The rejected alternative, a device-tensor learning rate with
-`capturable=True` swapped in around the step, cost as much (13-50 ms in the same runs),
-is not torch's non-capturable arithmetic (its losses drift from the hand loop's after a
-few steps) and divides by the step size, which needs a stand-in for a rate of exactly 0.
+uploaded every step instead of found in the cache. Measured on CPU-XLA (a loaded 2-core
+machine, medians of 50 steps, three runs), time to trace `optimizer.step()`: a 50-tensor MLP
+on 1 device 32-45 ms against 25-32 ms with the cache (the hand loop); 18 tensors on 8
+devices (SPMD, each upload goes to every device) 19-20 ms against 10 ms; the bench's MLP (6
+tensors, 8 devices) 7.5-9.8 ms against 4.6-6.7 ms, in a step of about 90 ms. The rejected
+alternative, a device-tensor learning rate with `capturable=True` swapped in around the step,
+cost about as much (33-50, 13-20 and 5.5-7.9 ms in the same runs), is not torch's
+non-capturable arithmetic (its losses leave the hand loop's after a few steps) and divides by
+the step size, so a rate of exactly 0 would need a stand-in.
 
 Checkpoints written by the engine before this module (up to commit 48b8924) hold groups
 the engine had rewritten: `weight_decay` 0 (it applied AdamW's decay itself), `capturable`
