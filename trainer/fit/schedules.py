@@ -7,23 +7,11 @@ epoch (Lightning's default); `interval: "step"` steps it after every `frequency`
 optimizer steps. Ignoring that dict would step a warm-up once per epoch: a whole first
 epoch at learning rate 0.
 
-A learning rate that changes every step must not change the XLA graph. torch_xla turns
-a Python number into device data, except where it treats it as a constant: exactly 0.0
-and 1.0 ("special scalars"), and AdamW's decoupled decay factor `1 - lr * weight_decay`,
-which rounds to exactly 1.0 in float32 once lr * weight_decay < 3e-8 (late in a decay to
-0). Measured with a per-step warm-up from 0 + cosine to 0, torch_xla 2.9: a compilation
-when the rate leaves 0, one when the decay factor first rounds to 1.0, one when the rate
-reaches 0 again; and with Adam's beta2 = 0.95 (GPT recipes) another at step 325, when the
-bias correction it computes in Python rounds to 1.0. So the engine (1) runs with
-`XLA_NO_SPECIAL_SCALARS=1` (env profiles), (2) switches Adam-family optimizers to
-`capturable=True`, which keeps the step count and bias corrections on the device, and
-(3) applies AdamW's decoupled weight decay itself, before the optimizer step, with the
-factor sent to the device as a one-element tensor (a 0-d upload of exactly 1.0 is folded
-into a constant too): the same arithmetic, no constant. Capturable Adam divides by the
-step size, so a rate of exactly 0 would give NaN there: for those groups a rate of 0 is
-handed over as 1e-12 (an update that moves no float32 parameter larger than about 1e-3);
-logs show 0.0. Measured after
-both: no compilation after warm-up over the whole schedule.
+The optimizer itself is left as the user built it: the loop calls `optimizer_step()` for
+whatever the engine does around `optimizer.step()` (`trainer.fit.optimizer_step`: why, and
+what it costs), `after_restore()` once a checkpoint's state is loaded, and steps the
+scheduler through `after_optimizer_step` / `after_epoch`. Rates stay the user's Python
+floats, so the scheduler computes them exactly as on the CPU.
 """
 from __future__ import annotations
 
@@ -34,11 +22,11 @@ from typing import Any, Mapping
 import torch
 
 from trainer.errors import UserError
+from trainer.fit.optimizer_step import ConfiguredGroups, check_optimizer, step, undo_legacy_rewrites
 
 log = logging.getLogger(__name__)
 
 INTERVALS = ("step", "epoch")
-ZERO_LR_STAND_IN = 1e-12
 
 
 @dataclass
@@ -54,62 +42,26 @@ class LrSchedule:
     def __post_init__(self) -> None:
         if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau) and self.monitor is None:
             self.monitor = "val_loss"  # Lightning's habit: it needs a metric, and this is the usual one
-        self.weight_decay = [0.0] * len(self.optimizer.param_groups)
-        self.keep_numbers_on_device()
-
-    def keep_numbers_on_device(self) -> None:
-        """Capturable Adam (step and bias corrections on the device); decoupled weight decay moved
-        out of the optimizer into `decay_parameters`. Call again after loading the optimizer's state
-        from a checkpoint: that restores the saved groups."""
-        adam = isinstance(self.optimizer, torch.optim.Adam)  # AdamW is one; others are untested here
-        for index, group in enumerate(self.optimizer.param_groups):
-            if group.get("decoupled_weight_decay") and group.get("weight_decay"):
-                self.weight_decay[index] = float(group["weight_decay"])
-                group["weight_decay"] = 0.0
-            if adam and group.get("capturable") is False and not group.get("fused") and not group.get("foreach"):
-                group["capturable"] = True
-                for param in group["params"]:  # a step count saved on the host goes to its parameter
-                    state = self.optimizer.state.get(param, {})
-                    if isinstance(state.get("step"), torch.Tensor) and state["step"].device != param.device:
-                        state["step"] = state["step"].to(param.device)
-        self._keep_capturable_lr_off_zero()
-
-    def decay_parameters(self, device: Any) -> None:
-        """AdamW's `param *= 1 - lr * weight_decay`, with the factor as device data (before the step)."""
-        for group, decay in zip(self.optimizer.param_groups, self.weight_decay):
-            if decay:
-                # one element, not a 0-d tensor: torch_xla folds a 0-d upload of exactly 1.0 into a constant
-                factor = torch.tensor([1 - group["lr"] * decay], dtype=torch.float32).to(device)
-                with torch.no_grad():  # an optimizer's update, as inside optimizer.step()
-                    for param in group["params"]:
-                        if param.grad is not None:
-                            param.mul_(factor)
+        check_optimizer(self.optimizer)
+        self.configured = ConfiguredGroups.of(self.optimizer)
 
     def optimizer_step(self) -> None:
-        """Everything the engine does around `optimizer.step()` (the loop calls this, then zero_grad)."""
-        self.decay_parameters(self.optimizer.param_groups[0]["params"][0].device)
-        self.optimizer.step()
+        """Everything the engine does around `optimizer.step()` (the loop zeroes the gradients after)."""
+        step(self.optimizer)
 
     def after_restore(self) -> None:
-        """After a checkpoint's optimizer and scheduler state were loaded."""
-        self.keep_numbers_on_device()  # the restored groups are the optimizer's own again
+        """Call once a checkpoint's optimizer (and scheduler) state is loaded."""
+        if undo_legacy_rewrites(self.optimizer, self.configured):
+            log.info("the checkpoint's optimizer groups were rewritten by an older tpu-trainer (weight_decay 0, "
+                     "capturable, a rate of 0 stored as 1e-12); continuing with the settings configure_optimizers "
+                     "gives")
 
     def logged_lr(self) -> float:
-        group = self.optimizer.param_groups[0]
-        return 0.0 if group.get("_tpu_trainer_lr_is_zero") else float(group["lr"])
-
-    def _keep_capturable_lr_off_zero(self) -> None:
-        for group in self.optimizer.param_groups:
-            if group["lr"] == ZERO_LR_STAND_IN and group.get("_tpu_trainer_lr_is_zero"):
-                continue  # already standing in for 0 (called again without a scheduler step, or after a resume)
-            group["_tpu_trainer_lr_is_zero"] = group["lr"] == 0.0
-            if group["lr"] == 0.0 and group.get("capturable"):
-                group["lr"] = ZERO_LR_STAND_IN
+        return float(self.optimizer.param_groups[0]["lr"])
 
     def after_optimizer_step(self, global_step: int) -> None:
         if self.scheduler is not None and self.interval == "step" and global_step % self.frequency == 0:
             self.scheduler.step()
-            self._keep_capturable_lr_off_zero()
 
     def after_epoch(self, epoch: int, metrics: Mapping[str, float]) -> None:
         if self.scheduler is None or self.interval != "epoch" or epoch % self.frequency:
@@ -123,7 +75,6 @@ class LrSchedule:
             self.scheduler.step(metrics[self.monitor])
         else:
             self.scheduler.step()
-        self._keep_capturable_lr_off_zero()
 
 
 def optimizers(configured: Any) -> LrSchedule:

@@ -6,7 +6,8 @@ is a thin, named wrapper, imported lazily so that importing the engine costs not
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
 
 
 def sync() -> None:
@@ -68,3 +69,23 @@ def to_host(tensors: list) -> list:
     import torch_xla
 
     return torch_xla._XLAC._xla_get_cpu_tensors(tensors)
+
+
+@contextmanager
+def distinct_scalars() -> Iterator[None]:
+    """Inside: each Python number an op takes becomes its own device data, never shared by value.
+
+    torch_xla reuses one device buffer for equal numbers (its device-data cache), and a graph
+    takes one input per buffer: when a number that changes every step (a learning rate, a
+    bias correction) becomes equal to another number of the graph (1.0, beta2), two inputs
+    merge into one and XLA compiles a new graph. Without the cache the inputs never merge.
+    """
+    import torch_xla
+
+    xlac = torch_xla._XLAC
+    previous = xlac._get_xla_enable_device_data_cache()
+    xlac._set_xla_enable_device_data_cache(False)
+    try:
+        yield
+    finally:
+        xlac._set_xla_enable_device_data_cache(previous)
