@@ -29,7 +29,7 @@ $(SETUP): pyproject.toml env/constraints-$(PAIR).txt
 setup: $(SETUP) ## create .venv with the pinned torch/torch_xla pair PAIR (default: env/versions.yaml's) and the project
 
 settings: $(SETUP) ## every variable in every spelling: make, invoke/CLI flag, Trainer keyword, config key
-	$(INVOKE) settings
+	$(INVOKE) from-make settings $(GIVEN)
 
 train: $(SETUP) ## train a job on XLA (default: an MLP on the 8x8 digits; CONFIG=job.yaml for yours)
 	$(INVOKE) from-make train $(GIVEN)

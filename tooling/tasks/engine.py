@@ -99,7 +99,7 @@ def reproduce(c, run_dir, out="runs"):
         raise Exit(code=1)
 
 
-@task(help={"task": "only the options of this task, e.g. train, env, pod, bench"})
+@task(help=help_for("settings"))
 def settings(c, task=""):
     """Every option in every spelling: make variables, flags, Trainer keyword, config key, help."""
     print(describe(task))

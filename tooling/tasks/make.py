@@ -30,8 +30,10 @@ def from_make(c, target, var=None):
     Each NAME is looked up among TARGET's names in the settings table (`invoke settings`);
     an unknown one is refused with the nearest. Errors then quote the variables as given.
     """
-    chosen = tasks()[target]
     with tooling_errors():
+        if target not in tasks().task_names:
+            raise ToolingError(f"there is no task {target!r}; the tasks are {', '.join(sorted(tasks().task_names))}.")
+        chosen = tasks()[target]
         options, remainder = _options(target, chosen, resolve(target, var or []))
     chosen(Context(config=c.config, remainder=remainder), **options)
 

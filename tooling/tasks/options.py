@@ -34,6 +34,7 @@ TASK_SETTINGS: tuple[Setting, ...] = (
     _test("args", "more pytest arguments"),
     _reproduce("run_dir", "the run directory to reproduce (it holds manifest.json and steps.csv)", make=()),
     _reproduce("out", "where the new run directory goes (default: runs/)", make=()),
+    _task("settings")("task", "only the options of this task, e.g. train, env, pod, bench"),
     _task("build", "push", "run")("version", _VERSION),
     _images("base_image", "base image NAME:TAG (default: python:<py>-slim-bookworm; offline: make base-image)"),
     _images("ca_bundle", "PEM bundle pip needs behind a TLS-intercepting proxy; kept out of the image"),
