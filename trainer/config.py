@@ -45,8 +45,11 @@ class TrainerConfig:
     val_check_interval: Any = 1.0
     """Validate every N optimizer steps (an integer) or every fraction of an epoch (a float in (0, 1]);
     1.0: at each epoch's end only. The epoch's end always validates."""
-    seed: int = 0
-    """Seeds Python, NumPy, torch and the XLA generator, and the default shuffle order."""
+    seed: Any = None
+    """An integer: the fit seeds Python, NumPy, torch and the XLA generator at its start. None (the library's
+    default): the host's RNG is left as the script set it (Lightning's seed_everything included), and the XLA
+    generator is seeded from PL_GLOBAL_SEED or torch.initial_seed() (`trainer.runtime.seeding`). The CLI
+    defaults to 0. CLI: --seed."""
     log_every_n_steps: int = 10
     """Read the loss to the host (asynchronously) every this many steps; never more often."""
     last_batch: str = "pad"
@@ -68,6 +71,8 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "precision", canonical_precision(self.precision, "trainer.precision"))
         _require(self.max_epochs >= 1, "trainer.max_epochs", self.max_epochs, "an integer >= 1")
+        _require(self.seed is None or (type(self.seed) is int and self.seed >= 0), "trainer.seed", self.seed,
+                 "an integer >= 0, or null to leave the random state as the script set it")
         _require(self.max_steps == -1 or self.max_steps >= 1, "trainer.max_steps", self.max_steps,
                  "an integer >= 1, or -1 for no limit")
         _require(type(self.accumulate_grad_batches) is int and self.accumulate_grad_batches >= 1,

@@ -1,19 +1,25 @@
-"""A fit's parts, built once in a straight line and handed over as one typed object.
+"""A fit's parts, built once in a straight line (Lightning's order) and handed over as one typed object.
 
-    seed -> precision -> module to the device -> sharded -> optimizer and schedule
-    -> data on the device -> metrics and the step loop -> checkpointer -> step counter
-    -> the checkpoint's state restored (a resumed run)
+    seed (only when asked) -> prepare_data, setup("fit") -> configure_model (on the device,
+    sharded as it is built) -> precision -> module to the device -> sharded ->
+    configure_optimizers (self.trainer already attached) -> the checkpoint's state
+    restored (a resumed run: on_load_checkpoint first) -> on_fit_start -> the dataloaders
+    on the device -> metrics and the step loop -> checkpointer
 
-Every part is built from the job config, the runtime plan and the started runtime; the
-session only runs what this returns.
+Every part is built from the job config, the runtime plan, the started runtime and the
+module's contract; the session only runs what this returns.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from trainer.checkpoint.policy import Checkpointer
 from trainer.checkpoint.state import TrainState, loader_generators, restore_training_state
+from trainer.contract.hparams import hyper_parameters
+from trainer.contract.lightning import check_optimizers
+from trainer.contract.trainer_view import SchedulerConfig
 from trainer.data.batches import FixedShapeBatches
 from trainer.data.device_loader import BatchTransfer, DeviceLoader
 from trainer.data.sampling import shard_loader
@@ -26,9 +32,10 @@ from trainer.fit.progress import Progress, validation_every
 from trainer.fit.reporter import StepReporter
 from trainer.fit.run_directory import RunPlace
 from trainer.fit.schedules import LrSchedule, optimizers
-from trainer.fit.step_logs import StepLogs
-from trainer.parallel.sharding import prepare_module, shard_gradients
-from trainer.runtime.seeding import seed_device, seed_everything
+from trainer.parallel.sharding import creating_on_device, prepare_module, shard_gradients
+from trainer.runtime.seeding import Seeding, seed_device, seed_everything
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -41,8 +48,8 @@ class Fit:
     schedule: LrSchedule
     train: DeviceLoader
     val: DeviceLoader | None
-    logs: StepLogs
-    """Where the module's self.log writes while the fit runs."""
+    contract: Any
+    """The module's side (`trainer.contract.binding.ModuleContract`): hooks, self.trainer, self.log."""
     reporter: StepReporter
     loop: EpochLoop
     checkpointer: Checkpointer
@@ -50,52 +57,87 @@ class Fit:
     generators: list
     """The train loader's torch.Generators (its shuffle order), saved with the host RNG."""
 
+    @property
+    def hooks(self) -> Any:
+        return self.contract.hooks
 
-def build_fit(job: Any, plan: Any, runtime: Any, diagnostics: Any, place: RunPlace, mirror: Any, module: Any,
-              train_loader: Any, val_loader: Any) -> Fit:
-    cfg, parallel, rt = job.trainer, job.parallel, runtime
+
+def build_fit(job: Any, plan: Any, runtime: Any, diagnostics: Any, place: RunPlace, mirror: Any, contract: Any,
+              seeding: Seeding) -> Fit:
+    cfg, parallel, rt, hooks, module = job.trainer, job.parallel, runtime, contract.hooks, contract.module
     precision = Precision(cfg.precision)
     fully_sharded = plan.parallel.fully_sharded
-    seed_everything(cfg.seed)
-    seed_device(cfg.seed, rt.device)
+    if seeding.seeds_host:
+        seed_everything(seeding.seed)
+    seed_device(seeding.seed, rt.device)
+    contract.data.prepare()
+    with creating_on_device(rt.device, rt.mesh, fully_sharded):
+        hooks.call("configure_model")
     module = precision.convert_module(module)
     moved = move_module(module, rt.device)
     prepare_module(module, plan.parallel, rt.mesh, parallel.fsdp_wrap, parallel.activation_checkpointing)
-    schedule = optimizers(module.configure_optimizers())
+    returned = module.configure_optimizers()
+    check_optimizers(returned, type(module).__name__)
+    schedule = optimizers(returned)
     repoint_optimizer(schedule.optimizer, moved)
-
-    train = _device_loader(train_loader if train_loader is not None else module.train_dataloader(), cfg, plan, rt,
-                           precision)
-    val_loader = val_loader if val_loader is not None else module.val_dataloader()
-    val = _device_loader(val_loader, cfg, plan, rt, precision) if val_loader is not None else None
+    facts = contract.facts
+    facts.optimizers = [schedule.optimizer]
+    if schedule.scheduler is not None:
+        facts.lr_scheduler_configs = [SchedulerConfig(schedule.scheduler, schedule.interval, schedule.frequency,
+                                                      schedule.monitor)]
 
     accumulators = DeviceAccumulators(rt.device)
-    logs, reporter = StepLogs(), StepReporter(place.outputs.log_step)
-    samples = (train.batches.full_size or 0) * rt.process_count * cfg.accumulate_grad_batches
-    loop = EpochLoop(StepParts(
-        module, schedule.optimizer, schedule, precision, logs, TrainingMetrics(accumulators, reporter),
-        ValidationMetrics(accumulators), diagnostics, gradient_clip_val=cfg.gradient_clip_val,
-        after_backward=(lambda: shard_gradients(module)) if fully_sharded else (lambda: None),
-        samples_per_step=samples))
     state = TrainState(module, schedule.optimizer, schedule.scheduler, accumulators)
-    checkpointer = Checkpointer(job.checkpoint, place.store, job.to_dict(), rt, sharded=fully_sharded,
-                                on_commit=mirror.publish_checkpoints if mirror else None)
-    progress = Progress(cfg.max_epochs, cfg.log_every_n_steps, cfg.accumulate_grad_batches, cfg.max_steps,
-                        validation_every(cfg.val_check_interval, len(train), cfg.accumulate_grad_batches)
-                        if val is not None else 0)
+    progress = Progress(cfg.max_epochs, cfg.log_every_n_steps, cfg.accumulate_grad_batches, cfg.max_steps)
     if place.resumed is not None:
         saved = place.resumed.state
+        hooks.call("on_load_checkpoint", saved)
         restore_training_state(place.resumed, state, rt, sharded=fully_sharded)
         schedule.after_restore()
         progress = progress.resumed(saved["position"]["epoch"], saved["position"]["batch"], saved["global_step"])
-    return Fit(module, state, schedule, train, val, logs, reporter, loop, checkpointer, progress,
+    facts.progress = progress
+    hooks.call("on_fit_start")
+
+    train = _device_loader(contract.data.train_loader(), cfg, plan, rt, precision, seeding.seed)
+    val_loader = contract.data.val_loader()
+    val = _device_loader(val_loader, cfg, plan, rt, precision, seeding.seed) if val_loader is not None else None
+    facts.train_batches = lambda: len(train)
+    facts.val_batches = (lambda: len(val)) if val is not None else None
+    if contract.lightning:
+        _warn_batch_size(train.batches.full_size, plan.selection.count * rt.process_count)
+    progress.val_every = validation_every(cfg.val_check_interval, len(train), cfg.accumulate_grad_batches) \
+        if val is not None else 0
+
+    logs, reporter = contract.logs, StepReporter(place.outputs.log_step)
+    samples = (train.batches.full_size or 0) * rt.process_count * cfg.accumulate_grad_batches
+    loop = EpochLoop(StepParts(
+        module, schedule.optimizer, schedule, precision, logs, TrainingMetrics(accumulators, reporter, logs),
+        ValidationMetrics(accumulators, logs), diagnostics, gradient_clip_val=cfg.gradient_clip_val,
+        after_backward=(lambda: shard_gradients(module)) if fully_sharded else (lambda: None),
+        samples_per_step=samples, hooks=hooks, facts=facts))
+    checkpointer = Checkpointer(job.checkpoint, place.store, job.to_dict(), rt, sharded=fully_sharded,
+                                on_commit=mirror.publish_checkpoints if mirror else None,
+                                on_save=hooks.bound["on_save_checkpoint"] and
+                                (lambda checkpoint: hooks.call("on_save_checkpoint", checkpoint)),
+                                hyper_parameters=hyper_parameters(module))
+    return Fit(module, state, schedule, train, val, contract, reporter, loop, checkpointer, progress,
                loader_generators(train.batches.loader))
 
 
-def _device_loader(loader: Any, cfg: Any, plan: Any, rt: Any, precision: Precision) -> DeviceLoader:
+def _warn_batch_size(batch: int | None, devices: int) -> None:
+    if devices > 1 and batch:
+        log.warning(
+            "a LightningModule's DataLoader batch is per device under Lightning (batch_size=%d on %d devices trains "
+            "%d rows per step); tpu-trainer reads one loader per host and splits its batch over the mesh, so each "
+            "step trains %d rows (%s per device). To train as under Lightning, use batch_size=%d.",
+            batch, devices, batch * devices, batch, batch // devices if batch % devices == 0 else batch / devices,
+            batch * devices)
+
+
+def _device_loader(loader: Any, cfg: Any, plan: Any, rt: Any, precision: Precision, seed: int) -> DeviceLoader:
     """This host's share of `loader`, in fixed shapes, copied to the device ahead of the step."""
     selection = plan.selection
-    batches = FixedShapeBatches(shard_loader(loader, rt.process_index, rt.process_count, cfg.seed), cfg.last_batch)
+    batches = FixedShapeBatches(shard_loader(loader, rt.process_index, rt.process_count, seed), cfg.last_batch)
     if selection.spmd and batches.full_size and batches.full_size % selection.count:
         raise UserError(
             f"the batch size {batches.full_size} cannot be split evenly over {selection.count} devices (SPMD "
@@ -103,4 +145,3 @@ def _device_loader(loader: Any, cfg: Any, plan: Any, rt: Any, precision: Precisi
         )
     transfer = BatchTransfer(rt.device, rt.mesh, minibatch=rt.process_count > 1, cast=precision.convert_input)
     return DeviceLoader(batches, transfer, prefetch=cfg.prefetch_batches)
-
