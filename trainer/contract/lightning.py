@@ -8,8 +8,9 @@ something else than the user wrote.
 """
 from __future__ import annotations
 
+import ast
 import inspect
-import re
+import textwrap
 from typing import Any
 
 from trainer.errors import UserError
@@ -95,9 +96,9 @@ def check_supported(module: Any) -> None:
         if overrides(module, name):
             raise UserError(f"{kind} overrides {name}(), which tpu-trainer does not run: {why}. Fix: remove "
                             f"{kind}.{name}.")
-    source = _user_source(module)
+    called = _calls_on_self(module)
     for call, what in _REFUSED_CALLS.items():
-        if re.search(rf"\.{call}\(", source):
+        if call in called:
             raise UserError(
                 f"{kind} calls self.{call}(...): {what} is not supported by tpu-trainer (one optimizer, automatic "
                 f"optimization in one compiled step). Fix: return the loss from training_step and remove the "
@@ -139,13 +140,18 @@ def check_optimizers(returned: Any, kind: str) -> None:
             "with parameter groups for the parts that need other settings.")
 
 
-def _user_source(module: Any) -> str:
-    parts = []
+def _calls_on_self(module: Any) -> set[str]:
+    """Names of the methods the user's classes call as `self.NAME(...)` (read from their source)."""
+    names: set[str] = set()
     for cls in type(module).__mro__:
         if is_framework_class(cls):
             continue
         try:
-            parts.append(inspect.getsource(cls))
-        except (OSError, TypeError):  # defined in a REPL or a notebook cell that is gone
+            tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        except (OSError, TypeError, SyntaxError):  # defined in a REPL or a notebook cell that is gone
             continue
-    return "\n".join(parts)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
+                names.add(node.func.attr)
+    return names

@@ -63,10 +63,15 @@ class EpochRunner:
         validation = fit.loop.validate(fit.val) if fit.val is not None else {}
         training = fit.loop.p.metrics.read_epoch(progress.global_step - steps_before + skip // progress.accumulate)
         logs, facts = fit.contract.logs, fit.contract.facts
-        facts.record(training, logs.prog_bar)  # what on_train_epoch_end finds in self.trainer.callback_metrics
+        # self.trainer.callback_metrics as Lightning fills it: epoch values of what was logged per epoch
+        # (a value logged per step only keeps its last logged step's value there; metrics.csv has its mean)
+        fit.reporter.drain()  # the epoch's last logged step has landed: its values too
+        facts.record({k: v for k, v in fit.reporter.latest.items() if k in logs.options}, logs.prog_bar, logged=False)
+        facts.record({k: v for k, v in training.items() if logs.has_epoch_value(k)}, logs.prog_bar)
         fit.hooks.call("on_train_epoch_end")
-        self.metrics = {**training, **validation, **read_values(logs.take_epoch_values())}
-        facts.record(self.metrics, logs.prog_bar)
+        epoch_logged = read_values(logs.take_epoch_values())
+        facts.record(epoch_logged, logs.prog_bar)
+        self.metrics = {**training, **validation, **epoch_logged}
         fit.schedule.after_epoch(epoch, self.metrics)
         seconds = time.perf_counter() - start
         self.compiles.append(backend.compile_count() - compiles_before)

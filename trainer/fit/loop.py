@@ -97,7 +97,7 @@ class EpochLoop:
             after_step()
             if progress.logging_step:
                 latest = p.metrics.reporter.latest
-                p.facts.record(latest, p.logs.prog_bar)
+                p.facts.record({k: v for k, v in latest.items() if k in p.logs.options}, p.logs.prog_bar)
                 bar.set_postfix(speed.postfix(progress.global_step, latest, p.logs.prog_bar), refresh=False)
             if progress.done:
                 return

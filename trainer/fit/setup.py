@@ -76,11 +76,12 @@ def build_fit(job: Any, plan: Any, runtime: Any, diagnostics: Any, place: RunPla
     module = precision.convert_module(module)
     moved = move_module(module, rt.device)
     prepare_module(module, plan.parallel, rt.mesh, parallel.fsdp_wrap, parallel.activation_checkpointing)
+    facts = contract.facts
+    facts.train_batches = lambda: _planned_batches(contract.data.train_loader(), cfg.last_batch, rt.process_count)
     returned = module.configure_optimizers()
     check_optimizers(returned, type(module).__name__)
     schedule = optimizers(returned)
     repoint_optimizer(schedule.optimizer, moved)
-    facts = contract.facts
     facts.optimizers = [schedule.optimizer]
     if schedule.scheduler is not None:
         facts.lr_scheduler_configs = [SchedulerConfig(schedule.scheduler, schedule.interval, schedule.frequency,
@@ -122,6 +123,15 @@ def build_fit(job: Any, plan: Any, runtime: Any, diagnostics: Any, place: RunPla
                                 hyper_parameters=hyper_parameters(module))
     return Fit(module, state, schedule, train, val, contract, reporter, loop, checkpointer, progress,
                loader_generators(train.batches.loader))
+
+
+def _planned_batches(loader: Any, last_batch: str, processes: int) -> int:
+    """Batches per epoch this host will run, before its device loader exists (e.g. inside configure_optimizers)."""
+    total = len(loader)
+    size, rows = getattr(loader, "batch_size", None), len(getattr(loader, "dataset", ()) or ())
+    if last_batch == "drop" and size and rows % size and not getattr(loader, "drop_last", False):
+        total -= 1
+    return -(-total // processes)
 
 
 def _warn_batch_size(batch: int | None, devices: int) -> None:

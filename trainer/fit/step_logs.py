@@ -125,6 +125,11 @@ class StepLogs:
         options = self.options
         return [n for n in names if n not in options or options[n].on_step]
 
+    def has_epoch_value(self, name: str) -> bool:
+        """Logged with on_epoch (or the engine's own value): Lightning's callback_metrics holds its epoch value."""
+        options = self.options.get(name)
+        return options is None or options.on_epoch
+
     def reduction(self, name: str) -> str:
         options = self.options.get(name)
         return options.reduce if options is not None else "mean"
