@@ -182,3 +182,11 @@ class TinyBert(TrainModule):
         rows = [{"input_ids": t, "attention_mask": torch.ones_like(t), "labels": y}
                 for t, y in zip(self.tokens, self.labels)]
         return DataLoader(rows, batch_size=self.batch_size, shuffle=True, generator=torch.Generator().manual_seed(0))
+
+
+class ReadsInAHook(DigitsClassifier):
+    """Digits with a host read in a traced hook: on_before_backward reads the loss to the host."""
+
+    def on_before_backward(self, loss):
+        if loss.item() > 1e6:  # the divergence check a user puts in a hook
+            raise RuntimeError("diverged")
