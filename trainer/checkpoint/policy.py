@@ -8,6 +8,8 @@ A checkpoint file holds (all on the host, loadable with `torch.load(weights_only
     epoch_start_rng                              host RNG + loader generators at that
                                                  epoch's start (see trainer.checkpoint.state)
     xla_rng, config, format
+    hyper_parameters                             the module's save_hyperparameters(), if any
+    (the module's own keys)                      what its on_save_checkpoint(checkpoint) added
 
 A sharded model (strategy fsdp) is checkpointed as a directory instead (`step-N.dcp/`,
 `final.dcp/`): its module and optimizer state as shards (`trainer.checkpoint.sharded`),
