@@ -94,6 +94,15 @@ class Hooks:
         finally:
             self.enter(previous)
 
+    def run_as(self, name: str, fn: Callable, *args: Any) -> Any:
+        """Run one of the module's own methods (configure_optimizers, ...) as `name`, like a hook."""
+        previous = self.logs.current
+        self.enter(name)
+        try:
+            return fn(*args)
+        finally:
+            self.enter(previous)
+
     def leave(self) -> None:
         """The fit is over: the module reads back as it was (no running hook)."""
         if self.lightning:

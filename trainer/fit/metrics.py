@@ -47,9 +47,9 @@ class DeviceAccumulators:
         """Fold `value` into `name` with op "sum", "max" or "min" (fixed per name)."""
         if op == "sum":
             return self.add(name, value)
+        self.ops[name] = op  # also after a resume, which restores the values but not how they combine
         current = self.sums.get(name)
         if current is None:
-            self.ops[name] = op
             current = self._start(op)
         combine = torch.maximum if op == "max" else torch.minimum
         self.sums[name] = combine(current, value.detach().float().reshape(1))

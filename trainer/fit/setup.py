@@ -78,7 +78,7 @@ def build_fit(job: Any, plan: Any, runtime: Any, diagnostics: Any, place: RunPla
     prepare_module(module, plan.parallel, rt.mesh, parallel.fsdp_wrap, parallel.activation_checkpointing)
     facts = contract.facts
     facts.train_batches = lambda: _planned_batches(contract.data.train_loader(), cfg.last_batch, rt.process_count)
-    returned = module.configure_optimizers()
+    returned = hooks.run_as("configure_optimizers", module.configure_optimizers)
     check_optimizers(returned, type(module).__name__)
     schedule = optimizers(returned)
     repoint_optimizer(schedule.optimizer, moved)
