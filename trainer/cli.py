@@ -10,7 +10,6 @@ paragraph without a traceback and exits with code 2.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import importlib
 import inspect
@@ -143,8 +142,6 @@ def run_train(args: argparse.Namespace) -> int:
     from trainer.spelling import Spelling
 
     job = load_job_config(args.config, job_overrides(args))
-    if job.trainer.seed is None:  # a job has no other place to seed before its module is built
-        job = dataclasses.replace(job, trainer=dataclasses.replace(job.trainer, seed=0))
     trainer = Trainer.from_job(job, Spelling(args.options_from))  # validates devices, mesh, profile; no torch yet
     trainer.check_run_dir()  # a gs:// bucket that cannot be written fails before the model is even built
     seed_everything(job.trainer.seed)  # the module's initial weights: same seed, same weights

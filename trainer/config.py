@@ -47,9 +47,8 @@ class TrainerConfig:
     1.0: at each epoch's end only. The epoch's end always validates."""
     seed: Any = None
     """An integer: the fit seeds Python, NumPy, torch and the XLA generator at its start. None (the library's
-    default): the host's RNG is left as the script set it (Lightning's seed_everything included), and the XLA
-    generator is seeded from PL_GLOBAL_SEED or torch.initial_seed() (`trainer.runtime.seeding`). The CLI
-    defaults to 0. CLI: --seed."""
+    default): the host RNG is left as the script set it; the XLA generator gets PL_GLOBAL_SEED or
+    torch.initial_seed() (`trainer.runtime.seeding`). A job (CLI, job YAML) defaults to 0. CLI: --seed."""
     log_every_n_steps: int = 10
     """Read the loss to the host (asynchronously) every this many steps; never more often."""
     last_batch: str = "pad"
@@ -203,12 +202,14 @@ class JobConfig:
 
 
 def load_job_config(path: str | None = None, overrides: Mapping[str, Any] | None = None) -> JobConfig:
-    """Defaults, then the YAML at `path`, then dotted-key `overrides`; validated."""
+    """Defaults, then the YAML at `path`, then dotted-key `overrides`; validated. A job's seed defaults to 0."""
     data: dict = {}
     if path:
         data = _read_yaml(Path(path))
     for dotted, value in (overrides or {}).items():
         _set_dotted(data, dotted, value)
+    if isinstance(data.get("trainer", {}), dict):  # a job has no other place to seed before its module is built
+        data.setdefault("trainer", {}).setdefault("seed", 0)
     return _build(JobConfig, data, prefix="")
 
 

@@ -1,7 +1,7 @@
 """Seeds: the engine seeds only when asked, and always knows the seed it ran with.
 
-Asked means `Trainer(seed=...)`, the job YAML's `trainer.seed`, or `--seed` (the CLI
-defaults to 0: a job has no other place to seed before its module is built). Then the
+Asked means `Trainer(seed=...)`, the job YAML's `trainer.seed`, or `--seed` (a job, and so
+the CLI, defaults to 0: it has no other place to seed before its module is built). Then the
 fit seeds Python, NumPy, torch and the XLA generator at its start. Otherwise the host's
 random state is left exactly as the user's script set it (Lightning's Trainer does not
 reseed either), so a `setup()` that splits data at random draws what it draws under
