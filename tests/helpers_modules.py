@@ -123,8 +123,8 @@ class GrowingSequences(DigitsClassifier):
 
     epoch_seen = 1
 
-    def on_train_epoch_start(self, epoch):
-        self.epoch_seen = epoch
+    def on_train_epoch_start(self):
+        self.epoch_seen = self.current_epoch + 1  # 1-based, as the epochs are numbered in the logs
 
     def training_step(self, batch, batch_idx):
         logits = self(batch["x"]) + batch["tokens"].float().mean() * 0.0
@@ -142,8 +142,8 @@ class SignalsItself(SlowDigits):
         super().__init__(**kwargs)
         self.signal_epoch, self.signal_batch, self.epoch = signal_epoch, signal_batch, 0
 
-    def on_train_epoch_start(self, epoch):
-        self.epoch = epoch
+    def on_train_epoch_start(self):
+        self.epoch = self.current_epoch + 1  # 1-based, as --set module_args.signal_epoch counts
 
     def training_step(self, batch, batch_idx):
         if (self.epoch, batch_idx) == (self.signal_epoch, self.signal_batch):
@@ -215,3 +215,11 @@ class ShardsGPT2(TrainModule):
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=self.lr)
+
+
+class ReadsInAHook(DigitsClassifier):
+    """Digits with a host read in a traced hook: on_before_backward reads the loss to the host."""
+
+    def on_before_backward(self, loss):
+        if loss.item() > 1e6:  # the divergence check a user puts in a hook
+            raise RuntimeError("diverged")

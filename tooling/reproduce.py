@@ -62,6 +62,8 @@ def job_for_reproduction(manifest: dict) -> dict:
     last = (manifest.get("resumes") or [manifest])[-1]
     job = json.loads(json.dumps(last["job"]))
     job["trainer"].update(run_dir="", resume="", progress_bar=False, env_profile=last["env_profile"])
+    if job["trainer"].get("seed") is None and manifest.get("seed") is not None:
+        job["trainer"]["seed"] = manifest["seed"]  # the seed it ran with (PL_GLOBAL_SEED, torch's own)
     return job
 
 

@@ -49,8 +49,10 @@ class TrainerConfig:
     val_check_interval: Any = 1.0
     """Validate every N optimizer steps (an integer) or every fraction of an epoch (a float in (0, 1]);
     1.0: at each epoch's end only. The epoch's end always validates."""
-    seed: int = 0
-    """Seeds Python, NumPy, torch and the XLA generator, and the default shuffle order."""
+    seed: Any = None
+    """An integer: the fit seeds Python, NumPy, torch and the XLA generator at its start. None (the library's
+    default): the host RNG is left as the script set it; the XLA generator gets PL_GLOBAL_SEED or
+    torch.initial_seed() (`trainer.runtime.seeding`). A job (CLI, job YAML) defaults to 0. CLI: --seed."""
     log_every_n_steps: int = 10
     """Read the loss to the host (asynchronously) every this many steps; never more often."""
     last_batch: str = "pad"
@@ -72,6 +74,8 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "precision", canonical_precision(self.precision, "trainer.precision"))
         require(self.max_epochs >= 1, "trainer.max_epochs", self.max_epochs, "an integer >= 1")
+        require(self.seed is None or (type(self.seed) is int and self.seed >= 0), "trainer.seed", self.seed,
+                 "an integer >= 0, or null to leave the random state as the script set it")
         require(self.max_steps == -1 or self.max_steps >= 1, "trainer.max_steps", self.max_steps,
                  "an integer >= 1, or -1 for no limit")
         require(type(self.accumulate_grad_batches) is int and self.accumulate_grad_batches >= 1,
@@ -171,12 +175,14 @@ class JobConfig:
 
 
 def load_job_config(path: str | None = None, overrides: Mapping[str, Any] | None = None) -> JobConfig:
-    """Defaults, then the YAML at `path`, then dotted-key `overrides`; validated."""
+    """Defaults, then the YAML at `path`, then dotted-key `overrides`; validated. A job's seed defaults to 0."""
     data: dict = {}
     if path:
         data = _read_yaml(Path(path))
     for dotted, value in (overrides or {}).items():
         _set_dotted(data, dotted, value)
+    if isinstance(data.get("trainer", {}), dict):  # a job has no other place to seed before its module is built
+        data.setdefault("trainer", {}).setdefault("seed", 0)
     return _build(JobConfig, data, prefix="")
 
 

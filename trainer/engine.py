@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any
 
 from trainer.config import JobConfig, TrainerConfig
+from trainer.errors import UserError
 from trainer.runtime.startup import RuntimePlan, apply_environment, plan_runtime, start_xla
 from trainer.settings import Spelling
 from trainer.trainer_options import split_options
@@ -58,18 +59,25 @@ class Trainer:
             self._mirror = connect_remote(self.config.run_dir, self.spelling.assign("run_dir", self.config.run_dir))
         return self._mirror
 
-    def fit(self, module: Any, train_dataloaders: Any = None, val_dataloaders: Any = None) -> Any:
-        """Train `module`; returns a `FitResult`. Raises `TrainingInterrupted` after SIGTERM/SIGINT."""
+    def fit(self, module: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, *,
+            datamodule: Any = None) -> Any:
+        """Train `module` (a TrainModule, or a LightningModule unchanged) on the loaders given, the
+        `datamodule`'s, or the module's own; returns a `FitResult`. Raises `TrainingInterrupted` after
+        SIGTERM/SIGINT, and UserError for what the engine cannot run, before any XLA work."""
+        from trainer.contract.binding import ModuleContract
         from trainer.diagnostics.run import RunDiagnostics
 
+        if datamodule is not None and (train_dataloaders is not None or val_dataloaders is not None):
+            raise UserError("Trainer.fit got both dataloaders and a datamodule; Lightning refuses that too. Fix: "
+                            "pass the loaders or datamodule=..., not both.")
+        contract = ModuleContract(module, self.config, datamodule, train_dataloaders, val_dataloaders)
         mirror = self.check_run_dir()  # first: no bucket or no permission fails in seconds, before XLA
         diagnostics = RunDiagnostics(self.job.diagnostics, self.config.log_every_n_steps)
         apply_environment(self.plan, diagnostics.environment())  # debug mode's XLA variables too
         runtime = start_xla(self.plan)
         from trainer.fit.session import FitSession
 
-        return FitSession(self.job, self.plan, runtime, diagnostics, mirror).run(module, train_dataloaders,
-                                                                                 val_dataloaders)
+        return FitSession(self.job, self.plan, runtime, diagnostics, mirror).run(contract)
 
 
 def __getattr__(name: str) -> Any:  # FitResult lives with the session (it imports torch)

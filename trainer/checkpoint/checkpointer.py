@@ -8,6 +8,8 @@ A checkpoint file holds (all on the host, loadable with `torch.load(weights_only
     epoch_start_rng                              host RNG + loader generators at that
                                                  epoch's start (see trainer.checkpoint.state)
     xla_rng, config, format
+    hyper_parameters                             the module's save_hyperparameters(), if any
+    (the module's own keys)                      what its on_save_checkpoint(checkpoint) added
 
 A sharded model (strategy fsdp) is checkpointed as a directory instead (`step-N.dcp/`,
 `final.dcp/`): its module and optimizer state as shards (`trainer.checkpoint.sharded`),
@@ -36,11 +38,14 @@ class Checkpointer:
     """Saves checkpoints of one fit at the moments the config asks for."""
 
     def __init__(self, config: Any, store: CheckpointStore | None, job: dict, runtime: Any, sharded: bool = False,
-                 on_commit: Any = None):
+                 on_commit: Any = None, on_save: Any = None, hyper_parameters: dict | None = None):
         """`sharded`: the model is sharded (FSDP), so checkpoints are directories of shards.
-        `on_commit`: called after each local commit (a gs:// run directory publishes it then)."""
+        `on_commit`: called after each local commit (a gs:// run directory publishes it then).
+        `on_save(checkpoint)`: the module's on_save_checkpoint, which may add its own keys (plain data:
+        tensors, numbers, strings, lists, dicts) to the host dict before it is written.
+        `hyper_parameters`: what the module's save_hyperparameters() recorded, saved with every checkpoint."""
         self.config, self.store, self.job, self.runtime = config, store, job, runtime
-        self.on_commit = on_commit
+        self.on_commit, self.on_save, self.hyper_parameters = on_commit, on_save, hyper_parameters
         self.sharded = sharded
         self.last_saved: tuple[int, int] | None = None  # (global_step, position epoch)
         self.last_path: Path | None = None
@@ -80,6 +85,10 @@ class Checkpointer:
         host = capture_training_state(state, self.runtime.device, with_model=not self.sharded)
         host.update(format=STATE_FORMAT, global_step=global_step, epoch=epoch - 1,
                     position={"epoch": epoch, "batch": batch}, epoch_start_rng=epoch_start_rng, config=self.job)
+        if self.hyper_parameters:
+            host["hyper_parameters"] = self.hyper_parameters
+        if self.on_save:
+            self.on_save(host)  # Lightning's on_save_checkpoint(checkpoint): its keys are written with ours
         self.last_saved = (global_step, epoch)
         if self.store is None:
             return None

@@ -11,8 +11,9 @@ on the same split, which `on_fit_start` computes and logs. Data: `bytelm_data.py
 
 Schedule: per optimizer step, linear warm-up from 0 then cosine decay to 0 over
 `total_steps()`, i.e. epochs x ceil(ceil(train_windows / batch_size) / accumulate_grad_batches).
-`epochs` and `accumulate_grad_batches` are module args because a module cannot see the
-trainer's config: keep them equal to trainer.max_epochs and trainer.accumulate_grad_batches
+`epochs` and `accumulate_grad_batches` are module args so that the schedule is known
+outside a fit too (`self.trainer.estimated_stepping_batches` gives the same count inside
+one): keep them equal to trainer.max_epochs and trainer.accumulate_grad_batches
 (bytelm.yaml ties them with YAML anchors).
 """
 from __future__ import annotations
@@ -175,12 +176,14 @@ class ByteLM(TrainModule):
         log.info("bigram baseline (add-%g): %.4f nats/byte = %.4f bits/byte; the bar (30%% below) is %.4f nats",
                  b["k"], b["nats_per_byte"], b["bits_per_byte"], 0.7 * b["nats_per_byte"])
 
-    def on_train_epoch_start(self, epoch: int) -> None:
+    def on_train_epoch_start(self) -> None:
         if self._train_set is not None:
-            self._train_set.set_epoch(epoch)
+            self._train_set.set_epoch(self.current_epoch + 1)  # 1-based, as the logs number epochs
 
-    def on_validation_epoch_end(self, epoch: int, metrics) -> None:
+    def on_validation_epoch_end(self) -> None:
+        metrics = self.trainer.callback_metrics
         if self.baseline and "val_loss" in metrics:
-            below = 1.0 - metrics["val_loss"] / self.baseline["nats_per_byte"]
+            val_loss = float(metrics["val_loss"])
+            below = 1.0 - val_loss / self.baseline["nats_per_byte"]
             log.info("epoch %d: val_loss %.4f nats/byte, %.1f%% below the bigram's %.4f",
-                     epoch, metrics["val_loss"], 100 * below, self.baseline["nats_per_byte"])
+                     self.current_epoch + 1, val_loss, 100 * below, self.baseline["nats_per_byte"])

@@ -1,8 +1,9 @@
 """The epochs of one fit: train, validate, the epoch's row, and the checkpoints in between.
 
     each epoch   the host RNG and shuffle as at its start (a resumed first epoch: as saved)
-                 -> train (after each optimizer step: stop? validate? checkpoint?)
-                 -> validate -> the epoch's row -> the epoch-end checkpoint
+                 -> on_train_epoch_start -> train (after each optimizer step: stop? validate?
+                 checkpoint?) -> validate -> on_train_epoch_end -> the epoch's row -> the
+                 epoch-end checkpoint (on_save_checkpoint)
 
 SIGTERM/SIGINT only set a flag (`trainer.fit.preemption`); it is acted on after an
 optimizer step's sync or at the epoch's end: save, then raise `TrainingInterrupted`.
@@ -18,6 +19,7 @@ from tqdm.auto import tqdm
 
 from trainer.checkpoint.state import SkipBatches, capture_host_rng, restore_host_rng, restore_xla_rng
 from trainer.data.device_loader import DeviceLoader
+from trainer.fit.metrics import read_values
 from trainer.fit.preemption import TrainingInterrupted
 from trainer.fit.setup import Fit
 from trainer.runtime import backend
@@ -46,7 +48,7 @@ class EpochRunner:
         if resuming:  # the epoch's shuffle and host RNG as they were when it started
             restore_host_rng(resumed.state["epoch_start_rng"], fit.generators)
         self.epoch_rng = capture_host_rng(fit.generators)
-        fit.module.on_train_epoch_start(epoch)
+        fit.hooks.call("on_train_epoch_start")
         train = _positioned(fit.train, epoch, skip)
         if resuming:
             restore_xla_rng(resumed.state, self.runtime.device)  # after every set-up sync, right before the first step
@@ -58,7 +60,16 @@ class EpochRunner:
         completed = progress.batch == epoch_len  # else max_steps was reached mid-epoch
         validation = fit.loop.validate(fit.val) if fit.val is not None else {}
         training = fit.loop.p.metrics.read_epoch(progress.global_step - steps_before + skip // progress.accumulate)
-        self.metrics = {**training, **validation}
+        logs, facts = fit.contract.logs, fit.contract.facts
+        # self.trainer.callback_metrics as Lightning fills it: epoch values of what was logged per epoch
+        # (a value logged per step only keeps its last logged step's value there; metrics.csv has its mean)
+        fit.reporter.drain()  # the epoch's last logged step has landed: its values too
+        facts.record({k: v for k, v in fit.reporter.latest.items() if k in logs.options}, logs.prog_bar, logged=False)
+        facts.record({k: v for k, v in training.items() if logs.has_epoch_value(k)}, logs.prog_bar)
+        fit.hooks.call("on_train_epoch_end")
+        epoch_logged = read_values(logs.take_epoch_values())
+        facts.record(epoch_logged, logs.prog_bar)
+        self.metrics = {**training, **validation, **epoch_logged}
         fit.schedule.after_epoch(epoch, self.metrics)
         seconds = time.perf_counter() - start
         self.compiles.append(backend.compile_count() - compiles_before)
@@ -69,14 +80,11 @@ class EpochRunner:
                                            / seconds, 1),
                **self.diagnostics.epoch_end()}
         self.place.outputs.log_epoch(row)
-        fit.module.on_validation_epoch_end(epoch, validation)
         log.info("epoch %d/%d: %s", epoch, cfg.max_epochs, format_row(row))
         self.push_outputs()
         last = epoch == cfg.max_epochs or progress.done
         if completed:
             progress.end_epoch()
-        if last:
-            fit.module.on_fit_end()  # before the final checkpoint, as documented
         reason = fit.checkpointer.reason_at_epoch_end(epoch, last=last, stop_requested=self.stop.requested)
         if reason is not None:
             self.save(reason, final=last)
@@ -90,7 +98,6 @@ class EpochRunner:
             metrics = fit.loop.validate(fit.val)
             self.place.outputs.log_validation(progress.global_step, progress.epoch, metrics)
             log.info("step %d: %s", progress.global_step, format_row(metrics))
-            fit.module.train()
         if fit.checkpointer.due_after_step(progress.global_step, progress.batch, progress.epoch_len) \
                 and not progress.done:  # the epoch's end saves the final one
             self.save("every_n_steps")

@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 import torch
 
-from trainer.fit.metrics import TrainingMetrics, ValidationMetrics
+from trainer.errors import UserError
+from trainer.fit.metrics import TrainingMetrics, ValidationMetrics, read_values
 from trainer.fit.step_logs import StepLogs
 from trainer.fit.step_outputs import ScalarLossWarning, masked_mean, training_loss
 from trainer.runtime import backend
@@ -45,6 +46,10 @@ class StepParts:
     after_backward: Callable[[], None] = lambda: None
     """Runs between the last backward of a window and the optimizer step (e.g. shard the gradients)."""
     samples_per_step: int = 0
+    hooks: Any = None
+    """The module's overridden hooks (`trainer.contract.hooks.Hooks`): each is None or a bound method."""
+    facts: Any = None
+    """What `self.trainer` reads (`trainer.contract.trainer_view.FitFacts`); the loop sets its stage."""
 
 
 class EpochLoop:
@@ -62,45 +67,71 @@ class EpochLoop:
         an accumulation window. `after_step()` runs after each optimizer step's sync: the only place
         a checkpoint, a mid-epoch validation or a stop may happen. Returns early at `progress.done`.
         """
-        p, speed = self.p, _Throughput(progress.global_step, self.p.samples_per_step)
+        p, hooks, speed = self.p, self.p.hooks, _Throughput(progress.global_step, self.p.samples_per_step)
         p.module.train()
+        p.facts.stage = "train"
+        hooks.enter("training_step")
         for item in loader:
-            window = progress.window_of(progress.batch)
+            batch_idx = progress.batch
+            window = progress.window_of(batch_idx)
             p.diagnostics.before_step(progress.global_step + 1, item[0])
-            self._micro_step(item, progress.batch, share=item.rows / sum(rows_of(i) for i in window))
-            if progress.batch + 1 < window.stop:  # the window goes on: this batch's graph, no optimizer step
+            if hooks.on_train_batch_start is not None and hooks.call("on_train_batch_start", item[0], batch_idx) == -1:
+                raise UserError("on_train_batch_start returned -1 to skip the rest of the epoch, which tpu-trainer "
+                                "does not support (every epoch runs its batches). Fix: use max_steps, or a shorter "
+                                "DataLoader.")
+            out = self._micro_step(item, batch_idx, share=item.rows / sum(rows_of(i) for i in window),
+                                   first=batch_idx == window.start)
+            if batch_idx + 1 < window.stop:  # the window goes on: this batch's graph, no optimizer step
                 progress.batch_done(optimizer_stepped=False)
+                self._batch_end(out, item[0], batch_idx)
                 self._sync(progress.global_step + 1, reads=0, bar=bar)
                 continue
             extra = self._optimizer_step()
             progress.batch_done(optimizer_stepped=True)
+            self._batch_end(out, item[0], batch_idx)
+            extra.update(p.logs.take())  # what on_before_optimizer_step and on_train_batch_end logged
             reads = p.metrics.end_step(extra, p.schedule.logged_lr(), progress.global_step, progress.epoch,
                                        logging=progress.logging_step)  # read registered before the sync
             p.schedule.after_optimizer_step(progress.global_step)
             self._sync(progress.global_step, reads=reads, bar=bar)
             after_step()
             if progress.logging_step:
-                bar.set_postfix(speed.postfix(progress.global_step, p.metrics.reporter.latest, p.logs.prog_bar),
-                                refresh=False)
+                latest = p.metrics.reporter.latest
+                p.facts.record({k: v for k, v in latest.items() if k in p.logs.options}, p.logs.prog_bar)
+                bar.set_postfix(speed.postfix(progress.global_step, latest, p.logs.prog_bar), refresh=False)
             if progress.done:
                 return
 
-    def _micro_step(self, item: Any, batch_idx: int, share: float) -> None:
+    def _micro_step(self, item: Any, batch_idx: int, share: float, first: bool) -> Any:
         """Forward and backward of one batch, its loss weighted by its share of the window."""
-        p = self.p
+        p, hooks = self.p, self.p.hooks
         batch, mask = item
         with p.precision.autocast():
             out = p.module.training_step(batch, batch_idx)
-        logged = p.logs.take()
         values = training_loss(out)
         if item.rows < mask.shape[0]:
             self._scalar_loss.check(values)
         loss = masked_mean(values, mask, "training_step")
+        if first and hooks.on_before_zero_grad is not None:  # where Lightning zeroes; ours were freed after the step
+            hooks.call("on_before_zero_grad", p.optimizer)
+        if hooks.on_before_backward is not None:
+            hooks.call("on_before_backward", loss)
         # The share as device data: a Python float would be a graph constant, and a window's
         # last batches have other shares (more graphs). None: the batch is the whole window.
         weight = None if share == 1.0 else torch.tensor(share, dtype=torch.float32).to(p.metrics.acc.device)
         (loss if weight is None else loss * weight).backward()
-        p.metrics.add_micro_step({"loss": loss.detach(), **logged}, weight, share)
+        if hooks.on_after_backward is not None:
+            hooks.call("on_after_backward")
+        p.metrics.add_micro_step({"loss": loss.detach(), **p.logs.take()}, weight, share)
+        return out
+
+    def _batch_end(self, out: Any, batch: Any, batch_idx: int) -> None:
+        """on_train_batch_end with Lightning's outputs: the step's dict (or {"loss": ...}), loss detached."""
+        if self.p.hooks.on_train_batch_end is None:
+            return
+        outputs = dict(out) if isinstance(out, dict) else {"loss": out}
+        outputs["loss"] = outputs["loss"].detach()
+        self.p.hooks.call("on_train_batch_end", outputs, batch, batch_idx)
 
     def _optimizer_step(self) -> dict[str, Any]:
         """The end of a window: shard, clip, hook, step. Returns the step's own values (grad_norm, logs)."""
@@ -110,10 +141,10 @@ class EpochLoop:
         if p.gradient_clip_val:
             params = [q for group in p.optimizer.param_groups for q in group["params"] if q.grad is not None]
             extra["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, p.gradient_clip_val).detach()
-        p.module.on_before_optimizer_step(p.optimizer)
+        if p.hooks.on_before_optimizer_step is not None:  # after clipping: it sees what the optimizer will use
+            p.hooks.call("on_before_optimizer_step", p.optimizer)
         p.schedule.optimizer_step()
         p.optimizer.zero_grad(set_to_none=True)
-        extra.update(p.logs.take())  # what on_before_optimizer_step logged
         return extra
 
     def _sync(self, step: int, reads: int, bar: Any) -> None:
@@ -123,17 +154,36 @@ class EpochLoop:
         bar.update(1)
 
     def validate(self, loader: Any) -> dict[str, float]:
-        """The averages of validation_step's outputs and self.log values over the real rows (one host read)."""
-        p = self.p
+        """The averages of validation_step's outputs and self.log values over the real rows (one host read),
+        with the validation hooks around them; what the epoch hooks logged joins the result."""
+        p, hooks = self.p, self.p.hooks
         p.module.eval()
+        p.facts.stage = "validate"
+        hooks.call("on_validation_start")
+        hooks.call("on_validation_epoch_start")
+        hooks.enter("validation_step")
         with torch.no_grad():
             for batch_idx, item in enumerate(loader):
                 batch, mask = item
+                if hooks.on_validation_batch_start is not None:
+                    hooks.call("on_validation_batch_start", batch, batch_idx)
                 with p.precision.autocast():
                     out = p.module.validation_step(batch, batch_idx)
+                if hooks.on_validation_batch_end is not None:
+                    hooks.call("on_validation_batch_end", out, batch, batch_idx)
                 p.validation.add_batch(out, p.logs.take(), mask, item.rows)
                 backend.sync()
-        return p.validation.read()
+        metrics = p.validation.read()
+        p.facts.record(metrics)
+        with torch.no_grad():
+            hooks.call("on_validation_epoch_end")
+            hooks.call("on_validation_end")
+        logged = read_values(p.logs.take_epoch_values())
+        p.facts.record(logged, p.logs.prog_bar)
+        hooks.enter("training_step")
+        p.module.train()
+        p.facts.stage = "train"
+        return {**metrics, **logged}
 
 
 class _Throughput:

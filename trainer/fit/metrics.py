@@ -14,58 +14,91 @@ from typing import Any, Mapping
 import torch
 
 from trainer.fit.reporter import StepReporter
+from trainer.fit.step_logs import StepLogs
 from trainer.fit.step_outputs import masked_mean, validation_outputs
 from trainer.runtime import backend
 
 
 class DeviceAccumulators:
-    """Named sums kept on the device across the run, read and zeroed one group at a time.
+    """Named sums (or maxima, minima) kept on the device across the run, read and reset one group at a time.
 
-    Names are "group/name" ("train/loss", "val/rows"). Every sum is device data between
+    Names are "group/name" ("train/loss", "val/rows"). Every value is device data between
     steps (each step ends in a sync), so `read_and_reset` is a transfer, never a new graph,
-    and the zeros that replace the sums are uploaded, not computed.
+    and the starting values that replace them are uploaded, not computed.
     """
+
+    _START = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}
 
     def __init__(self, device: Any):
         self.device = device
         self.sums: dict[str, torch.Tensor] = {}
+        self.ops: dict[str, str] = {}
 
-    def _zero(self) -> torch.Tensor:
+    def _start(self, op: str = "sum") -> torch.Tensor:
         # One element, not 0-d: torch_xla folds a 0-d upload of exactly 0.0 into a graph constant,
         # so the first step after a reset would compile a graph of its own.
-        return torch.zeros((1,), dtype=torch.float32).to(self.device)
+        return torch.full((1,), self._START[op], dtype=torch.float32).to(self.device)
 
     def add(self, name: str, value: torch.Tensor) -> None:
         current = self.sums.get(name)
-        self.sums[name] = (self._zero() if current is None else current) + value.detach().float().reshape(1)
+        self.sums[name] = (self._start() if current is None else current) + value.detach().float().reshape(1)
+
+    def reduce(self, name: str, value: torch.Tensor, op: str) -> None:
+        """Fold `value` into `name` with op "sum", "max" or "min" (fixed per name)."""
+        if op == "sum":
+            return self.add(name, value)
+        self.ops[name] = op  # also after a resume, which restores the values but not how they combine
+        current = self.sums.get(name)
+        if current is None:
+            current = self._start(op)
+        combine = torch.maximum if op == "max" else torch.minimum
+        self.sums[name] = combine(current, value.detach().float().reshape(1))
 
     def read_and_reset(self, group: str) -> dict[str, float]:
-        """One host read for the group's sums (after a sync, outside the hot loop, e.g. at epoch end)."""
+        """One host read for the group's values (after a sync, outside the hot loop, e.g. at epoch end)."""
         names = sorted(n for n in self.sums if n.startswith(group + "/"))
         values = backend.to_host([self.sums[n] for n in names])
         for name in names:
-            self.sums[name] = self._zero()
+            self.sums[name] = self._start(self.ops.get(name, "sum"))
         return {name[len(group) + 1:]: float(value) for name, value in zip(names, values)}
+
+
+def _combine(values: list[float], how: str, steps: int) -> float:
+    """Host numbers logged once per step (or batch), reduced like their device counterparts."""
+    if how == "max":
+        return max(values)
+    if how == "min":
+        return min(values)
+    return sum(values) if how == "sum" else sum(values) / steps
 
 
 class TrainingMetrics:
     """The current optimizer step's values, the epoch's sums, and the logging steps' reads."""
 
-    def __init__(self, accumulators: DeviceAccumulators, reporter: StepReporter):
-        self.acc, self.reporter = accumulators, reporter
+    def __init__(self, accumulators: DeviceAccumulators, reporter: StepReporter, logs: StepLogs | None = None):
+        self.acc, self.reporter, self.logs = accumulators, reporter, logs or StepLogs()
         self._device: dict[str, torch.Tensor] = {}
         self._host: dict[str, float] = {}
         self.last_step: dict[str, torch.Tensor] = {}
         self._host_epoch: dict[str, list[float]] = {}
-        """Numbers (not tensors) from self.log, per optimizer step, for the epoch mean."""
+        """Numbers (not tensors) from self.log, per optimizer step, for the epoch value."""
 
     def add_micro_step(self, values: Mapping[str, Any], weight: torch.Tensor | None, share: float) -> None:
         """A batch's values, weighted by its share of the window (`weight`: the share as device data,
-        None for a whole window)."""
+        None for a whole window); a value reduced by max or min keeps the window's extreme instead."""
+        reduction = self.logs.reduction
         for name, value in values.items():
+            how = reduction(name)
             if isinstance(value, torch.Tensor):
+                if how in ("max", "min"):
+                    if name in self._device:
+                        value = (torch.maximum if how == "max" else torch.minimum)(self._device[name], value)
+                    self._device[name] = value
+                    continue
                 scaled = value if weight is None else value * weight
                 self._device[name] = scaled if name not in self._device else self._device[name] + scaled
+            elif how in ("max", "min"):
+                self._host[name] = (max if how == "max" else min)(self._host.get(name, value), value)
             else:
                 self._host[name] = self._host.get(name, 0.0) + value * share
 
@@ -78,31 +111,43 @@ class TrainingMetrics:
         # Kept alive through the step's sync, so the values are outputs of every step's graph, not
         # only of logging steps (whose read would otherwise make a second graph to compile).
         self.last_step = device
+        reduction = self.logs.reduction
         for name, value in device.items():
-            self.acc.add(f"train/{name}", value)
+            how = reduction(name)
+            self.acc.reduce(f"train/{name}", value, "sum" if how == "mean" else how)
         for name, value in host.items():
             self._host_epoch.setdefault(name, []).append(value)
         if not logging:
             return 0
-        self.reporter.schedule(device, {**host, "lr": lr}, global_step, epoch)
-        return len(device)
+        names = self.logs.step_names(device)
+        reported = {n: device[n] for n in names} if len(names) < len(device) else device
+        self.reporter.schedule(reported, {**{n: host[n] for n in self.logs.step_names(host)}, "lr": lr},
+                               global_step, epoch)
+        return len(reported)
 
     def read_epoch(self, optimizer_steps: int) -> dict[str, float]:
-        """The epoch's averages per optimizer step (one host read), then reset."""
+        """The epoch's values per optimizer step (one host read), then reset."""
         sums = self.acc.read_and_reset("train")
         host, self._host_epoch = self._host_epoch, {}
+        computed = self.logs.compute_metrics("train")
         if not optimizer_steps:
             return {}
-        metrics = {("train_loss" if name == "loss" else name): total / optimizer_steps for name, total in sums.items()}
-        metrics.update({name: sum(values) / len(values) for name, values in host.items() if values})
+        reduction = self.logs.reduction
+        metrics = {}
+        for name, total in sums.items():
+            how = reduction(name)
+            metrics["train_loss" if name == "loss" else name] = total / optimizer_steps if how == "mean" else total
+        metrics.update({name: _combine(values, reduction(name), len(values)) for name, values in host.items()
+                        if values})
+        metrics.update(zip(computed, (float(v) for v in backend.to_host(list(computed.values())))))
         return metrics
 
 
 class ValidationMetrics:
     """Sums of validation_step's outputs and self.log values over the real rows."""
 
-    def __init__(self, accumulators: DeviceAccumulators):
-        self.acc = accumulators
+    def __init__(self, accumulators: DeviceAccumulators, logs: StepLogs | None = None):
+        self.acc, self.logs = accumulators, logs or StepLogs()
         self._host: dict[str, tuple[float, int]] = {}
         """Numbers from self.log in validation: (sum weighted by real rows, real rows)."""
 
@@ -112,20 +157,46 @@ class ValidationMetrics:
             mean = value if value.dim() == 0 else masked_mean(value, mask, "validation_step")
             self.acc.add(f"val/{name}", mean * rows)
         for name, value in logged.items():
+            how = self.logs.reduction(name)
             if isinstance(value, torch.Tensor):
-                self.acc.add(f"val/log:{name}", value * rows)
+                # mean: weighted by the batch's real rows (Lightning weighs by the batch size)
+                self.acc.reduce(f"val/{how}:{name}", value * rows if how == "mean" else value,
+                                "sum" if how == "mean" else how)
             else:  # a host number stays on the host (as a graph constant it would recompile per value)
-                total, count = self._host.get(name, (0.0, 0))
-                self._host[name] = (total + value * real_rows, count + real_rows)
+                total, count = self._host.get(name, (None, 0))
+                if how == "mean":
+                    value, weight = value * real_rows, real_rows
+                else:
+                    weight = 1
+                if total is not None:
+                    value = value + total if how in ("mean", "sum") else (max if how == "max" else min)(total, value)
+                self._host[name] = (value, count + weight)
         self.acc.add("val/rows", rows)
 
     def read(self) -> dict[str, float]:
-        """The averages since the last read (one host read)."""
+        """The epoch values since the last read (one host read)."""
         sums = self.acc.read_and_reset("val")
         host, self._host = self._host, {}
+        computed = self.logs.compute_metrics("val")
         rows = sums.pop("rows", 0.0)
         if not rows:
             return {}
-        metrics = {(name[4:] if name.startswith("log:") else f"val_{name}"): total / rows for name, total in sums.items()}
-        metrics.update({name: total / count for name, (total, count) in host.items() if count})
+        metrics = {}
+        for key, total in sums.items():
+            how, _, name = key.partition(":")
+            if how not in ("mean", "sum", "max", "min"):
+                metrics[f"val_{key}"] = total / rows
+            else:
+                metrics[name] = total / rows if how == "mean" else total
+        metrics.update({name: total / count if self.logs.reduction(name) == "mean" else total
+                        for name, (total, count) in host.items() if count})
+        metrics.update(zip(computed, (float(v) for v in backend.to_host(list(computed.values())))))
         return metrics
+
+
+def read_values(values: Mapping[str, Any]) -> dict[str, float]:
+    """Logged values as host numbers: the device ones in one read (outside the hot loop)."""
+    device = {k: v for k, v in values.items() if isinstance(v, torch.Tensor)}
+    out = {k: float(v) for k, v in values.items() if k not in device}
+    out.update(zip(device, (float(v) for v in backend.to_host(list(device.values())))))
+    return out

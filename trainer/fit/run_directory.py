@@ -50,8 +50,12 @@ class RunPlace:
     """The verified checkpoint this fit continues from (None: a fresh start)."""
 
 
-def open_run(job: Any, plan: Any, runtime: Any, mirror: Any) -> RunPlace:
-    """Resolve, check and open the run directory; record a fresh run or a resume in its manifest."""
+def open_run(job: Any, plan: Any, runtime: Any, mirror: Any, seeding: Any = None,
+             hyper_parameters: dict | None = None) -> RunPlace:
+    """Resolve, check and open the run directory; record a fresh run or a resume in its manifest.
+
+    `seeding`: the run's `trainer.runtime.seeding.Seeding` (the seed it runs with, and where it came from);
+    `hyper_parameters`: what the module's save_hyperparameters() recorded (into config.yaml)."""
     cfg, job_dict = job.trainer, job.to_dict()
     configured, url = cfg.run_dir, None
     if mirror is not None:  # the engine writes the staging copy; the mirror publishes it
@@ -69,7 +73,7 @@ def open_run(job: Any, plan: Any, runtime: Any, mirror: Any) -> RunPlace:
     store.start()
     if resumed is None:
         outputs = RunOutputs(path)
-        write_run_manifest(path, job_dict, plan, runtime)
+        write_run_manifest(path, job_dict, plan, runtime, seeding)
     else:
         state = resumed.state
         warn_config_changes(state.get("config", {}), job_dict)
@@ -77,7 +81,10 @@ def open_run(job: Any, plan: Any, runtime: Any, mirror: Any) -> RunPlace:
         record_resume(path, job_dict, plan, runtime, resumed.path, resumed.sha256, state["global_step"])
         log.info("resuming from %s: step %d, epoch %d, batch %d", resumed.path, state["global_step"],
                  state["position"]["epoch"], state["position"]["batch"])
-    outputs.write_config(resolved_config(job, plan, runtime, path, url))
+    config = resolved_config(job, plan, runtime, path, url, seeding)
+    if hyper_parameters:
+        config["resolved"]["hyper_parameters"] = hyper_parameters
+    outputs.write_config(config)
     log.info("run directory: %s", url or path)
     return RunPlace(path, url, outputs, store, resumed)
 

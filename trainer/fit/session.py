@@ -1,8 +1,10 @@
 """One fit, start to finish: open the run directory, build the parts, run the epochs, finish.
 
     open     run directory (local, resumed, gs://)          trainer.fit.run_directory
-    build    seed, module on the device, optimizer, data    trainer.fit.setup
-    epochs   train, validate, checkpoints                   trainer.fit.epochs
+    build    seed, set-up hooks, module on the device,      trainer.fit.setup
+             optimizer, on_fit_start, data
+    epochs   on_train_start, train, validate, checkpoints,  trainer.fit.epochs
+             on_train_end, on_fit_end, teardown("fit")
     finish   summary.json, the plot, the last publish
 
 `FitSession` is built from the job config, the runtime plan and the started XLA
@@ -15,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from trainer.contract.hparams import hyper_parameters
 from trainer.fit.epochs import EpochRunner
 from trainer.fit.preemption import StopRequest, TrainingInterrupted
 from trainer.fit.run_directory import RunPlace, open_run
 from trainer.fit.setup import build_fit
-from trainer.fit.step_logs import attached
 from trainer.runtime.env_vars import PJRT_DEVICE
+from trainer.runtime.seeding import resolve_seed
 
 log = logging.getLogger(__name__)
 
@@ -44,27 +47,34 @@ class FitSession:
         `mirror`: a connected `trainer.storage.mirror.RunMirror` when the run directory is gs://."""
         self.job, self.plan, self.runtime, self.diagnostics, self.mirror = job, plan, runtime, diagnostics, mirror
 
-    def run(self, module: Any, train_loader: Any = None, val_loader: Any = None) -> FitResult:
+    def run(self, contract: Any) -> FitResult:
+        """Run the fit of `contract` (a `trainer.contract.binding.ModuleContract`: the module, its data)."""
+        seeding = resolve_seed(self.job.trainer.seed)  # before anything draws from the RNG
         # Handlers first: a SIGTERM during set-up must not kill the process half-way.
-        with StopRequest() as stop:
-            place = open_run(self.job, self.plan, self.runtime, self.mirror)
+        with StopRequest() as stop, contract.attached():
+            place = open_run(self.job, self.plan, self.runtime, self.mirror, seeding,
+                             hyper_parameters(contract.module))
             finished = False
             try:
                 self._log_start()
                 self.diagnostics.start(pjrt_device=self.plan.env.get(PJRT_DEVICE, ""),
                                        xla_version=self.runtime.xla_version, run_dir=place.path)  # before tensor work
-                fit = build_fit(self.job, self.plan, self.runtime, self.diagnostics, place, self.mirror, module,
-                                train_loader, val_loader)
+                self._describe_runtime(contract.facts, place)
+                fit = build_fit(self.job, self.plan, self.runtime, self.diagnostics, place, self.mirror, contract,
+                                seeding)
                 if stop.requested:  # signalled during set-up: nothing new to save
                     raise TrainingInterrupted(stop.signum, None)
                 epochs = EpochRunner(fit, place, self.job.trainer, self.runtime, self.diagnostics, stop,
                                      lambda: self._push_outputs(place))
-                with attached(fit.module, fit.logs):
-                    fit.module.on_fit_start()
-                    for epoch in fit.progress.epochs():
-                        epochs.run_epoch(epoch)
-                        if fit.progress.done:
-                            break
+                fit.hooks.call("on_train_start")
+                for epoch in fit.progress.epochs():
+                    epochs.run_epoch(epoch)
+                    if fit.progress.done:
+                        break
+                contract.facts.stage = "done"
+                fit.hooks.call("on_train_end")
+                fit.hooks.call("on_fit_end")
+                contract.data.teardown()
                 result = self._finish(place, fit, epochs)
                 finished = True
                 return result
@@ -75,6 +85,13 @@ class FitSession:
                 self._push_outputs(place, raising=finished, flush=False)
                 if self.mirror is not None:
                     self.mirror.release_worker_log()
+
+    def _describe_runtime(self, facts: Any, place: RunPlace) -> None:
+        """What self.trainer reports about where the fit runs."""
+        rt = self.runtime
+        facts.device, facts.run_dir = rt.device, place.path
+        facts.process_index, facts.process_count = rt.process_index, rt.process_count
+        facts.num_devices = self.plan.selection.count * rt.process_count
 
     def _log_start(self) -> None:
         plan, rt = self.plan, self.runtime

@@ -48,9 +48,10 @@ def training_loss(out: Any) -> torch.Tensor:
 
 
 def validation_outputs(out: Any, logged: Mapping[str, Any]) -> Mapping[str, torch.Tensor]:
-    """The named tensors validation_step returned ({} when it only logged)."""
-    if out is None and logged:
-        return {}  # everything went through self.log
+    """The named tensors validation_step returned ({} when it returned nothing: it only logs, as most
+    Lightning code does, possibly through a torchmetrics Metric whose value comes at the epoch's end)."""
+    if out is None:
+        return {}
     if isinstance(out, torch.Tensor):
         return {"loss": out}
     if isinstance(out, Mapping) and all(isinstance(v, torch.Tensor) for v in out.values()):

@@ -66,7 +66,8 @@ def describe_process(runtime: Any) -> dict:
     }
 
 
-def resolved_config(job: Any, plan: Any, runtime: Any, run_dir: Path | None, run_url: str | None = None) -> dict:
+def resolved_config(job: Any, plan: Any, runtime: Any, run_dir: Path | None, run_url: str | None = None,
+                    seeding: Any = None) -> dict:
     """config.yaml: the job as run (the exact input `--config` accepts) plus what was resolved from it."""
     resolved = job.to_dict()
     resolved["trainer"]["run_dir"] = run_url or (str(run_dir) if run_dir else "")
@@ -81,16 +82,24 @@ def resolved_config(job: Any, plan: Any, runtime: Any, run_dir: Path | None, run
         "environment": dict(plan.env),
         "torch": runtime.torch_version,
         "torch_xla": runtime.xla_version,
+        **_seed(job.trainer.seed, seeding),
     }
     return resolved
 
 
-def write_run_manifest(run_dir: Path, job: dict, plan: Any, runtime: Any) -> None:
+def _seed(asked: Any, seeding: Any) -> dict:
+    """The seed the run ran with and where it came from (trainer.seed, PL_GLOBAL_SEED, torch.initial_seed)."""
+    if seeding is None:
+        return {"seed": asked, "seed_source": "trainer.seed"}
+    return {"seed": seeding.seed, "seed_source": seeding.source}
+
+
+def write_run_manifest(run_dir: Path, job: dict, plan: Any, runtime: Any, seeding: Any = None) -> None:
     """A fresh run's manifest (replaces any left by a run that never checkpointed)."""
     manifest = {
         "format": FORMAT,
         "job": job,
-        "seed": job["trainer"]["seed"],
+        **_seed(job["trainer"]["seed"], seeding),
         "env_profile": plan.profile.name,
         "device_count": plan.selection.count,
         **describe_process(runtime),

@@ -18,9 +18,10 @@ are sharded the same way at the root. Three things we add around it:
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -85,6 +86,28 @@ def prepare_module(module: nn.Module, plan: ParallelPlan, mesh: Any, fsdp_wrap: 
     if plan.fully_sharded:
         _shard_fully(module, mesh, fsdp_wrap)
     return module
+
+
+@contextlib.contextmanager
+def creating_on_device(device: Any, mesh: Any, fully_sharded: bool) -> Iterator[None]:
+    """Layers built inside (a module's configure_model) are created on the XLA device, never whole on
+    the host; under FSDP each parameter gets its shard spec the moment it is registered, before its
+    initialisation runs, so the device computes only its shard of every layer."""
+    handle = None
+    if fully_sharded:
+        import torch_xla.distributed.spmd as xs
+
+        def shard(module: nn.Module, name: str, param: Any) -> None:
+            if param is not None and param.device.type == "xla" and param.dim() and sharding_of(param) == "":
+                xs.mark_sharding(param, mesh, _parameter_partition(param))
+
+        handle = nn.modules.module.register_module_parameter_registration_hook(shard)
+    try:
+        with torch.device(device):
+            yield
+    finally:
+        if handle is not None:
+            handle.remove()
 
 
 def shard_gradients(module: nn.Module) -> None:
