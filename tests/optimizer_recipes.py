@@ -87,22 +87,17 @@ class Recipe(DigitsClassifier):
 
 
 class OldEngineCheckpoint(Recipe):
-    """Leaves its final checkpoint as the engine up to commit 48b8924 wrote it: that engine rewrote the
-    groups (weight_decay 0, applied by itself; capturable Adam with the step counts on the device; a rate
-    of 0 held as 1e-12 beside a private key) and `on_fit_end` runs right before the final save."""
+    """Leaves its checkpoints as the engine up to commit 48b8924 wrote them: that engine rewrote the
+    groups (weight_decay 0, applied by itself; capturable Adam; a rate of 0 held as 1e-12 beside a
+    private key). The rewrite is applied to the checkpoint as it is written (on_save_checkpoint)."""
 
-    def on_fit_end(self):
-        optimizer = self.optimizer_in_use
-        adam = isinstance(optimizer, torch.optim.Adam)
-        for group in optimizer.param_groups:
+    def on_save_checkpoint(self, checkpoint):
+        adam = isinstance(self.optimizer_in_use, torch.optim.Adam)
+        for group in checkpoint["optimizer"]["param_groups"]:
             if group.get("decoupled_weight_decay") and group.get("weight_decay"):
                 group["weight_decay"] = 0.0
             if adam and group.get("capturable") is False and not group.get("fused") and not group.get("foreach"):
                 group["capturable"] = True
-                for param in group["params"]:
-                    state = optimizer.state.get(param, {})
-                    if isinstance(state.get("step"), torch.Tensor):
-                        state["step"] = state["step"].to(param.device)
             group["_tpu_trainer_lr_is_zero"] = group["lr"] == 0.0
             if group["lr"] == 0.0 and group.get("capturable"):
                 group["lr"] = 1e-12

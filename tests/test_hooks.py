@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from conftest import run_cli
 from trainer import Trainer, TrainModule, UserError
 from trainer.examples.digits import DigitsClassifier
+from trainer.outputs.run_manifest import FILE as RUN_MANIFEST
 
 
 def _data(n: int, seed: int = 0) -> TensorDataset:
@@ -227,7 +228,7 @@ def test_a_fit_without_a_seed_leaves_the_rng_alone_and_records_the_seed_it_used(
     torch.manual_seed(7)
     _fit(Recorder(), tmp_path, max_epochs=1)
     assert torch.equal(torch.get_rng_state(), state)  # the fit drew nothing more, and reseeded nothing
-    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "run" / RUN_MANIFEST).read_text())
     assert (manifest["seed"], manifest["seed_source"]) == (7, "torch.initial_seed")
     _fit(Recorder(), tmp_path, "seeded", max_epochs=1, seed=3)  # negative control: asked to seed, it does
     assert not torch.equal(torch.get_rng_state(), state)

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 
 from checkpoint_helpers import REPO, run, steps, train_argv
 from trainer import Trainer, UserError
+from trainer.outputs.run_manifest import FILE as RUN_MANIFEST
 
 # torch's CPU kernels and XLA's CPU compiler sum in different orders: equal to rounding, not bitwise.
 LOSS_TOLERANCE = 1e-5
@@ -83,7 +84,7 @@ def test_side_by_side_with_lightnings_trainer_same_losses_and_hook_order(xla_dev
     assert result.history[-1]["val_mse"] == pytest.approx(their_metrics["val_mse"], abs=10 * LOSS_TOLERANCE)
     _, other_seed, _ = _lightning(RecordedSplit, 43)  # negative control: another seed, another split and init
     assert max(abs(a - b) for a, b in zip(our_losses, other_seed)) > 1000 * LOSS_TOLERANCE
-    manifest = json.loads((tmp_path / "ours" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "ours" / RUN_MANIFEST).read_text())
     assert (manifest["seed"], manifest["seed_source"]) == (42, "PL_GLOBAL_SEED")
 
 
