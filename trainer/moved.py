@@ -59,6 +59,24 @@ class MovedModules(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_loader(fullname, _Alias(new))
 
 
+def exports_of(package: str, path: list, module: str):
+    """A package `__getattr__` that lends out `module`'s names: a module that became a package of
+    the same name (`trainer.runtime`, `trainer.outputs`) keeps its old attributes. Submodules are
+    left to the import system."""
+
+    def __getattr__(name: str):
+        import pkgutil
+
+        if name.startswith("_") or name in {m.name for m in pkgutil.iter_modules(path)}:
+            raise AttributeError(name)
+        try:
+            return getattr(importlib.import_module(f"{package}.{module}"), name)
+        except AttributeError:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+
+    return __getattr__
+
+
 def install() -> None:
     if not any(isinstance(finder, MovedModules) for finder in sys.meta_path):
         sys.meta_path.append(MovedModules())  # last: a real module of that name always wins

@@ -8,13 +8,6 @@ still works: the start-up names are re-exported lazily.
 """
 
 
-def __getattr__(name: str):
-    import importlib
-    import pkgutil
+from trainer.moved import exports_of
 
-    if name.startswith("_") or name in {m.name for m in pkgutil.iter_modules(__path__)}:
-        raise AttributeError(name)  # a submodule: let the import system load it
-    try:
-        return getattr(importlib.import_module(__name__ + ".startup"), name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = exports_of(__name__, __path__, "startup")
