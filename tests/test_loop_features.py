@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Subset
 
-from trainer import Trainer, UserError, seed_everything
+from trainer import Trainer, TrainModule, UserError, seed_everything
 from trainer.examples.digits import DigitsClassifier, digits_datasets
 
 ACCUMULATION_TOLERANCE = 1e-4  # fp32: the batch-64 sum and four batch-16 sums add in different orders
@@ -228,3 +228,33 @@ def test_lightning_trainer_spellings(xla_device, tmp_path):
         Trainer(accelerator="gpu")
     with pytest.raises(UserError, match=r"profile 'tpu-vm' targets a TPU, but this host has no TPU devices"):
         Trainer(accelerator="tpu", devices=8)
+
+
+class NoValidation(TrainModule):
+    """A plain MLP, no validation loader: the epoch's only host read is the training sums'."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        from torch.utils.data import DataLoader, TensorDataset
+
+        g = torch.Generator().manual_seed(0)
+        data = TensorDataset(torch.randn(512, 32, generator=g), torch.randint(0, 4, (512,), generator=g))
+        return DataLoader(data, batch_size=64)
+
+
+def test_accumulation_compiles_nothing_after_the_first_epoch_even_at_the_first_logging_step(xla_device, tmp_path):
+    """4 optimizer steps per epoch, the first logging step (10) falls in epoch 3: the engine up to
+    2f5dfe6 compiled [3, 0, 1] here (a graph with the logged loss as an extra output, and its epoch read)."""
+    result = _fit(NoValidation(), tmp_path, max_epochs=3, accumulate_grad_batches=2, log_every_n_steps=10)
+    assert result.compiles_per_epoch[0] > 0 and result.compiles_per_epoch[1:] == [0, 0]
+    assert [int(s["global_step"]) for s in _steps(tmp_path)] == [10]
