@@ -57,6 +57,7 @@ class DeviceAccumulators:
     def read_and_reset(self, group: str) -> dict[str, float]:
         """One host read for the group's values (after a sync, outside the hot loop, e.g. at epoch end)."""
         names = sorted(n for n in self.sums if n.startswith(group + "/"))
+        backend.wait_device_ops()  # no execution in flight while the sums are copied (SPMD collectives)
         values = backend.to_host([self.sums[n] for n in names])
         for name in names:
             self.sums[name] = self._start(self.ops.get(name, "sum"))
