@@ -85,14 +85,7 @@ class Hooks:
     def call(self, name: str, *args: Any) -> Any:
         """Run an overridden hook as `name` (nothing when the module keeps the default)."""
         fn = self.bound[name]
-        if fn is None:
-            return None
-        previous = self.logs.current
-        self.enter(name)
-        try:
-            return fn(*args)
-        finally:
-            self.enter(previous)
+        return None if fn is None else self.run_as(name, fn, *args)
 
     def run_as(self, name: str, fn: Callable, *args: Any) -> Any:
         """Run one of the module's own methods (configure_optimizers, ...) as `name`, like a hook."""
