@@ -44,8 +44,8 @@ def run_bench(out_dir: Path, workloads: list[str], devices: list[int], rounds: i
 
 
 def _row(name: str, devices: int, raw: dict, walls: dict) -> dict:
-    row: dict = {"workload": name, "devices": devices}
-    for side in ("engine", "plain"):
+    row: dict = {"workload": name, "devices": devices, "sides": list(raw)}
+    for lead, side in enumerate(raw):  # rounds rotate the sides: round `lead` is the one this side led
         rounds = raw[side]
         step, spread = _median_spread([r["step_seconds"] for r in rounds])
         row[side] = {
@@ -53,12 +53,17 @@ def _row(name: str, devices: int, raw: dict, walls: dict) -> dict:
             "per_round_step_ms": [round(r["step_seconds"] * 1e3, 3) for r in rounds],
             "execute_ms_per_step": round(statistics.median(r["execute_seconds_per_step"] for r in rounds) * 1e3, 3),
             "compiles_after_warmup": max(r["compiles_after_warmup"] for r in rounds),
-            "host_reads_per_step_outside_logging": max(r["host_reads_per_step_outside_logging"] for r in rounds),
+            "host_reads_per_step_outside_logging": round(max(r["host_reads_per_step_outside_logging"] for r in rounds), 3),
             # the round where this side ran first, i.e. compiled its graphs in this process
-            "first_step_s": round(rounds[0 if side == "engine" else min(1, len(rounds) - 1)]["first_step_seconds"], 3),
-            "wall_s": round(statistics.median(walls[side]), 2), "per_round_wall_s": [round(w, 2) for w in walls[side]],
+            "first_step_s": round(rounds[min(lead, len(rounds) - 1)]["first_step_seconds"], 3),
         }
-    row["step_ratio"] = round(row["engine"]["step_ms"] / row["plain"]["step_ms"], 3)
+        if side in walls:  # process wall time: the engine's CLI and the plain script only
+            row[side].update(wall_s=round(statistics.median(walls[side]), 2),
+                             per_round_wall_s=[round(w, 2) for w in walls[side]])
+    for side in raw:
+        if side != "plain":
+            row[side]["step_ratio"] = round(row[side]["step_ms"] / row["plain"]["step_ms"], 3)
+    row["step_ratio"] = row["engine"]["step_ratio"]
     row["wall_ratio"] = round(row["engine"]["wall_s"] / row["plain"]["wall_s"], 3)
     return row
 
@@ -72,11 +77,12 @@ def markdown(result: dict) -> str:
              "0 compiles after warm-up, 0 host reads per step outside logging.", "", head,
              "|" + "---|" * (head.count("|") - 1)]
     for row in result["rows"]:
-        for side in ("engine", "plain"):
+        for side in row.get("sides", ("engine", "plain")):
             s = row[side]
-            ratios = (f"{row['step_ratio']} | {row['wall_ratio']}" if side == "engine" else " | ")
+            ratios = f"{s.get('step_ratio', '')} | {row['wall_ratio'] if side == 'engine' else ''}"
             lines.append(f"| {row['workload']} | {row['devices']} | {side} | {s['step_ms']} | {s['step_spread']:.1%} | "
                          f"{s['execute_ms_per_step']} | {s['compiles_after_warmup']} | "
-                         f"{s['host_reads_per_step_outside_logging']} | {s['first_step_s']} | {s['wall_s']} | {ratios} |")
+                         f"{s['host_reads_per_step_outside_logging']} | {s['first_step_s']} | {s.get('wall_s', '')} | "
+                         f"{ratios} |")
     lines += ["", "Per-round wall ms/step and process seconds are in bench.json."]
     return "\n".join(lines) + "\n"

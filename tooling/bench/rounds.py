@@ -86,6 +86,27 @@ def plain_round(workload, device, mesh, epochs: int, log_every: int) -> dict:
     }
 
 
+def lightning_round(workload, epochs: int, log_every: int) -> dict:
+    """The workload's LightningModule through Lightning's own Trainer on XLA (one device)."""
+    import torch_xla
+
+    from tooling.bench.lightning_side import EpochClock, lightning_fit
+
+    clock = EpochClock(lambda: _xla_counts()["compiles"], lambda: torch_xla._XLAC._xla_wait_device_ops([]))
+    before, start = _xla_counts(), time.perf_counter()
+    lightning_fit(epochs, log_every, clock)
+    after = _xla_counts()
+    steps, total_steps = workload.steps_per_epoch, workload.steps_per_epoch * epochs
+    return {
+        "step_seconds": statistics.median(s / steps for s in clock.epoch_seconds[1:]),
+        "execute_seconds_per_step": (after["execute_seconds"] - before["execute_seconds"]) / total_steps,
+        "compiles_after_warmup": sum(clock.epoch_compiles[1:]),
+        "host_reads_per_step_outside_logging": max(0, after["item_reads"] - before["item_reads"]
+                                                   - total_steps // log_every) / total_steps,
+        "first_step_seconds": (clock.second_batch_at or time.perf_counter()) - start,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--devices", type=int, default=1)
@@ -110,13 +131,16 @@ def main(argv: list[str] | None = None) -> int:
         xr.use_spmd()
         mesh = xs.Mesh(np.arange(args.devices), (args.devices,), ("data",))
     device = torch_xla.device()
-    rounds: dict[str, list] = {"engine": [], "plain": []}
+    sides = workload.sides
+    rounds: dict[str, list] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         for index in range(args.rounds):
-            order = ("engine", "plain") if index % 2 == 0 else ("plain", "engine")
+            order = sides[index % len(sides):] + sides[:index % len(sides)]  # each side leads in turn
             for side in order:
                 if side == "engine":
                     rounds[side].append(engine_round(workload, args.devices, args.epochs, args.log_every, Path(tmp), index))
+                elif side == "lightning":
+                    rounds[side].append(lightning_round(workload, args.epochs, args.log_every))
                 else:
                     rounds[side].append(plain_round(workload, device, mesh, args.epochs, args.log_every))
                 print(f"{args.workload} x{args.devices} round {index + 1} {side}: "

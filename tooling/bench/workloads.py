@@ -5,7 +5,8 @@ Extension point: add a `Workload` to `WORKLOADS`. Measured today:
 - "fsdp": the engine's FSDP strategy against a hand-written FSDPv2 loop as torch_xla
   documents it (`SpmdFullyShardedDataParallel` over an 8-device `fsdp` mesh, the input
   sharded on `fsdp`), 8 devices.
-Planned: "lm", the example language model against the same model in a plain loop.
+- "lightning": the same MLP written as a `LightningModule` (tooling/bench/lightning_side.py)
+  through our Trainer, beside Lightning's own Trainer on XLA on the same module, 1 device.
 A workload gives the engine a `TrainModule` (importable by "module:Class", so the CLI
 can run it for the wall-clock comparison) and the plain loop a model, optimizer and data;
 `plain_epoch` is the loop itself and must keep to the XLA rules: one sync per step, no
@@ -132,6 +133,8 @@ class Workload:
     """Trainer keywords for the engine side (the CLI gets them as --flags)."""
     devices: tuple = (1, 8)
     """Device counts the workload is measured on."""
+    sides: tuple = ("engine", "plain")
+    """What runs in each round; "lightning" adds Lightning's own Trainer on the engine's module."""
 
     def engine_flags(self) -> list[str]:
         return [arg for key, value in self.engine_options.items() for arg in (f"--{key.replace('_', '-')}", str(value))]
@@ -141,4 +144,7 @@ WORKLOADS = {
     "mlp": Workload("mlp", "tooling.bench.workloads:BenchMLP", plain_setup, plain_epoch, STEPS_PER_EPOCH),
     "fsdp": Workload("fsdp", "tooling.bench.workloads:BenchMLP", fsdp_setup, plain_epoch, STEPS_PER_EPOCH,
                      engine_options={"strategy": "fsdp"}, devices=(8,)),
+    # The same MLP as a LightningModule: through our Trainer, the hand loop, and Lightning's Trainer on XLA.
+    "lightning": Workload("lightning", "tooling.bench.lightning_side:LightningBenchMLP", plain_setup, plain_epoch,
+                          STEPS_PER_EPOCH, devices=(1,), sides=("engine", "plain", "lightning")),
 }

@@ -7,7 +7,7 @@ from tooling.tasks.options import help_for
 
 
 @task(help=help_for("bench"))
-def bench(c, workloads="mlp,fsdp", devices="1,8", rounds=3, epochs=3, wall_rounds=3, out=""):
+def bench(c, workloads="mlp,fsdp,lightning", devices="1,8", rounds=3, epochs=3, wall_rounds=3, out=""):
     """Benchmark the engine against a hand-written torch_xla loop (figures, not pass/fail)."""
     from datetime import datetime
     from pathlib import Path
