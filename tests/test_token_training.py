@@ -62,3 +62,25 @@ def test_shards_the_model_cannot_take_are_refused_with_the_fix(shards, tmp_path)
     log = tmp_path / "small.log"
     assert run(_argv(tmp_path / "small", shards, "--set", "module_args.vocab_size=200"), log) == 2
     assert "use a vocabulary of 257 tokens but the model's embedding has 200 rows" in text(log)
+
+
+@pytest.mark.parametrize("job, bpe", [("bytelm_shards.yaml", 0), ("gpt_bpe.yaml", 512)])
+def test_the_example_gpt_trains_from_byte_and_bpe_shards(job, bpe, tmp_path):
+    """The examples' own YAMLs (bytelm's GPT on bytes, and on a BPE trained offline), shortened."""
+    import json
+    import sys
+
+    out = tokenize(sysconfig.get_paths()["stdlib"] + "/json/*.py", str(tmp_path / "tokens"), train_vocab=bpe,
+                   shard_bytes=20_000, workers=1)
+    vocab = json.loads((out / "index.json").read_text())["tokenizer"]["vocab_size"]
+    assert vocab == (bpe or 257)
+    log, run_dir = tmp_path / "train.log", tmp_path / "run"
+    argv = [sys.executable, "-m", "trainer", "train", "--config", f"trainer/examples/{job}", "--set",
+            f"data.path={out}", "--set", f"module_args.vocab_size={vocab}", "--set", "data.validation_fraction=0.2",
+            "--set", "data.global_batch_size=8", "--set", "module_args.warmup_steps=5", "--max-epochs", "2",
+            "--log-every-n-steps", "1", "--no-progress", "--env-profile", "cpu", "--run-dir", str(run_dir)]
+    assert run(argv, log) == 0, text(log)[-3000:]
+    losses = [float(loss) for _, _, loss in steps(run_dir)]
+    assert len(losses) > 20 and sum(losses[-5:]) / 5 < 0.9 * sum(losses[:5]) / 5, losses  # the loss falls
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["compiles_after_first_epoch"] == 0 and "val_bits_per_token" in summary, summary

@@ -27,3 +27,11 @@ def bench_storage(c, megabytes=300, rounds=3):
     from tooling.bench.storage import run_storage_bench
 
     print(run_storage_bench(int(megabytes), int(rounds)))
+
+
+@task(name="bench-data", help=help_for("bench-data"))
+def bench_data(c, seq_len=64, global_batch_size=64, step_ms=400.0, batches=100, bpe_vocab=4096):
+    """Token shards against a step's need: tokenizer MB/s, loader tokens/s and waits, RssAnon (figures)."""
+    from tooling.bench.data import run_data_bench
+
+    print(run_data_bench(int(seq_len), int(global_batch_size), float(step_ms), int(batches), int(bpe_vocab)))

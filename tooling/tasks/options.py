@@ -22,7 +22,7 @@ def _task(*tasks: str):
 _train, _test, _reproduce = _task("train"), _task("test"), _task("reproduce")
 _build, _base, _push, _run, _matrix = _task("build"), _task("base-image"), _task("push"), _task("run"), _task("matrix")
 _images, _pod, _where, _clean = _task("build", "test-image"), _task("pod"), _task("pod", "tpu-clean"), _task("tpu-clean")
-_bench, _storage = _task("bench"), _task("bench-storage")
+_bench, _storage, _data = _task("bench"), _task("bench-storage"), _task("bench-data")
 _VERSION = "pair key from env/versions.yaml (default: its `default`)"
 
 TASK_SETTINGS: tuple[Setting, ...] = (
@@ -79,7 +79,7 @@ TASK_SETTINGS: tuple[Setting, ...] = (
          make=("ARGS",)),
     _clean("list_only", "list the processes holding the TPU, stop nothing"),
     _clean("sudo", "run as root on the workers (sudo -n), to see every user's processes"),
-    _bench("workloads", "comma-separated workloads from tooling/bench/workloads.py: mlp, fsdp (default: both)"),
+    _bench("workloads", "comma-separated workloads from tooling/bench/workloads.py: mlp, fsdp, lightning (default: all)"),
     _bench("devices", "device configurations, comma-separated (1: one device, 8: SPMD over 8; default 1,8)"),
     _task("bench", "bench-storage")("rounds", "interleaved rounds per configuration, >= 3 for a spread "
                                     "(default 3; bench-storage shows the median)"),
@@ -87,6 +87,11 @@ TASK_SETTINGS: tuple[Setting, ...] = (
     _bench("wall_rounds", "whole-process runs per side for the start-to-exit wall clock (default 3)"),
     _bench("out", "run directory for bench.md and bench.json (default runs/bench-<time>)"),
     _storage("megabytes", "checkpoint size in MB (default 300)"),
+    _data("seq_len", "tokens per sequence of the global batch read (default 64, bytelm's context)"),
+    _data("global_batch_size", "sequences per global batch (default 64, bytelm's batch)"),
+    _data("step_ms", "the step the loader must feed, in ms (default 400: bytelm's step on 8 CPU-emulated devices)"),
+    _data("batches", "global batches read at the step's pace, local and gs:// each (default 100)"),
+    _data("bpe_vocab", "vocabulary of the BPE whose throughput is measured (default 4096)"),
 )
 
 TABLE: tuple[Setting, ...] = SETTINGS + TASK_SETTINGS

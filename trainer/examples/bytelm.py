@@ -32,6 +32,7 @@ from trainer.module import TrainModule
 log = logging.getLogger(__name__)
 
 SCHEDULES = ("warmup_cosine", "epoch_cosine")
+DATA = ("windows", "shards")
 
 
 class Block(nn.Module):
@@ -60,14 +61,23 @@ class ByteLM(TrainModule):
     def __init__(self, context: int = 64, d_model: int = 96, n_layer: int = 3, n_head: int = 4,
                  batch_size: int = 64, train_windows: int = 8192, val_windows: int = 1024, epochs: int = 14,
                  accumulate_grad_batches: int = 1, lr: float = 1e-2, weight_decay: float = 0.1,
-                 warmup_steps: int = 100, schedule: str = "warmup_cosine", shuffle_seed: int = 0):
+                 warmup_steps: int = 100, schedule: str = "warmup_cosine", shuffle_seed: int = 0,
+                 data: str = "windows", vocab_size: int = 256):
         """`train_windows` caps the windows per epoch (the run's length); `epochs` and
         `accumulate_grad_batches` only size the schedule (see the module docstring).
         `schedule="epoch_cosine"` is for an engine that steps schedulers once per epoch: there
-        the default per-step warm-up would hold lr at 0 for the whole first epoch."""
+        the default per-step warm-up would hold lr at 0 for the whole first epoch.
+
+        `data="shards"`: the job's `data:` section feeds token shards (`{"input_ids", "labels"}`,
+        seq_len = context + 1: the model shifts), `vocab_size` is the shards' (257 for bytes,
+        the BPE's size otherwise), the schedule's length is the fit's own
+        (`self.trainer.estimated_stepping_batches`) and there is no bigram baseline (its
+        windows are this module's own data)."""
         super().__init__()
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule={schedule!r}; allowed: {', '.join(SCHEDULES)}")
+        if data not in DATA:
+            raise ValueError(f"data={data!r}; allowed: {', '.join(DATA)}")
         if d_model % n_head:
             raise ValueError(f"d_model={d_model} must be a multiple of n_head={n_head}")
         self.context, self.batch_size = context, batch_size
@@ -75,12 +85,12 @@ class ByteLM(TrainModule):
         self.epochs, self.accumulate_grad_batches = epochs, accumulate_grad_batches
         # float(): YAML 1.1 (and so `--set module_args.lr=3e-3`) reads "3e-3" as a string.
         self.lr, self.weight_decay, self.warmup_steps = float(lr), float(weight_decay), warmup_steps
-        self.schedule, self.shuffle_seed = schedule, shuffle_seed
-        self.tok_emb = nn.Embedding(256, d_model)
+        self.schedule, self.shuffle_seed, self.data = schedule, shuffle_seed, data
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Parameter(torch.zeros(context, d_model))
         self.blocks = nn.ModuleList(Block(d_model, n_head) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(d_model)
-        self.lm_head = nn.Linear(d_model, 256, bias=False)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight  # tied: the engine re-ties it after the move
         self._init_weights(n_layer)
         self.baseline: dict[str, float] | None = None
@@ -100,8 +110,11 @@ class ByteLM(TrainModule):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * n_layer))
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """int64 [B, context] bytes -> logits [B, context, 256]."""
-        x = self.tok_emb(idx) + self.pos_emb
+        """int64 [B, T <= context] tokens -> logits [B, T, vocab_size]."""
+        if idx.shape[1] > self.context:  # a static shape: checked while tracing, no device read
+            raise ValueError(f"sequences of {idx.shape[1]} tokens are longer than context={self.context}; with "
+                             f"token shards use seq_len = context + 1 = {self.context + 1}")
+        x = self.tok_emb(idx) + self.pos_emb[: idx.shape[1]]
         for block in self.blocks:
             x = block(x)
         return self.lm_head(self.ln_f(x))
@@ -112,19 +125,35 @@ class ByteLM(TrainModule):
         nll = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
         return nll.mean(dim=1)
 
+    def _inputs_targets(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets): a window pair, or a token-shard batch shifted by one."""
+        if isinstance(batch, dict):
+            return batch["input_ids"][:, :-1], batch["labels"][:, 1:]
+        return batch
+
+    def _shard_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        # Unpacked shards pad with labels -100: the mean over each sequence's real targets.
+        nll = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none", ignore_index=-100)
+        return nll.sum(dim=1) / (targets != -100).sum(dim=1).clamp(min=1)
+
+    def _loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self._shard_loss(logits, targets) if self.data == "shards" else self._per_sample_loss(logits, targets)
+
     def training_step(self, batch, batch_idx):
-        x, y = batch
-        return self._per_sample_loss(self(x), y)
+        x, y = self._inputs_targets(batch)
+        return self._loss(self(x), y)
 
     def validation_step(self, batch, batch_idx):
-        x, y = batch
+        x, y = self._inputs_targets(batch)
         logits = self(x)
-        loss = self._per_sample_loss(logits, y)
-        return {"loss": loss, "bits_per_byte": loss / math.log(2),
-                "accuracy": (logits.argmax(dim=-1) == y).float().mean(dim=1)}
+        loss = self._loss(logits, y)
+        bits = "bits_per_token" if self.data == "shards" else "bits_per_byte"  # a BPE token is several bytes
+        return {"loss": loss, bits: loss / math.log(2), "accuracy": (logits.argmax(dim=-1) == y).float().mean(dim=1)}
 
     def total_steps(self) -> int:
         """Optimizer steps in the whole run (the schedule's length)."""
+        if self.data == "shards":
+            return self.trainer.estimated_stepping_batches
         batches = math.ceil(self.train_windows / self.batch_size)
         return self.epochs * math.ceil(batches / self.accumulate_grad_batches)
 
@@ -167,6 +196,10 @@ class ByteLM(TrainModule):
         return DataLoader(ValWindows(load_corpus().val, self.context, self.val_windows), batch_size=self.batch_size)
 
     def on_fit_start(self) -> None:
+        if self.data == "shards":
+            log.info("bytelm on token shards: vocabulary %d, %d optimizer steps", self.tok_emb.num_embeddings,
+                     self.total_steps())
+            return
         corpus = load_corpus()
         self.baseline = bigram_baseline(corpus.train, ValWindows(corpus.val, self.context, self.val_windows))
         b = self.baseline

@@ -39,14 +39,15 @@ def in_validation(name: str, fraction: float) -> bool:
 
 class TokenShards:
     def __init__(self, path: str, seq_len: int, global_batch_size: int, seed: int = 0, packing: bool = True,
-                 split: str = "train", validation_fraction: float = 0.01):
+                 split: str = "train", validation_fraction: float = 0.01, read_concurrency: int = 16):
+        """`read_concurrency`: on gs://, how many of a batch's ranged reads are in flight at once."""
         if split not in SPLITS:
             raise UserError(f"TokenShards(split={split!r}): allowed: 'train' or 'validation'.")
         if seq_len < 1 or global_batch_size < 1:
             raise UserError(f"TokenShards(seq_len={seq_len}, global_batch_size={global_batch_size}): both must be >= 1.")
         self.path, self.seq_len, self.global_batch_size, self.seed = path, seq_len, global_batch_size, seed
         self.packing, self.split = packing, split
-        self.reader = ShardReader(path)
+        self.reader = ShardReader(path, read_concurrency)
         tokenizer = self.reader.index["tokenizer"]
         self.vocab_size, self.eot_id = int(tokenizer["vocab_size"]), int(tokenizer["eot_id"])
         want = split == "validation"
@@ -126,7 +127,9 @@ class TokenShards:
         """This host's rows of global batch `k` under `permutation`."""
         index = permutation[np.arange(k * self.global_batch_size + self._rows.start,
                                       k * self.global_batch_size + self._rows.stop)]
-        ids = np.stack([self._sequence(int(i)) for i in index])
+        rows = [self._pieces(int(i)) for i in index]
+        tokens = iter(self.reader.read_many([piece for row in rows for piece in row]))
+        ids = np.stack([self._row([next(tokens) for _ in row]) for row in rows])
         labels = ids.copy()
         if not self.packing:
             labels[ids < 0] = IGNORE
@@ -135,19 +138,27 @@ class TokenShards:
 
     def _sequence(self, i: int) -> np.ndarray:
         """Sequence `i` of the split (padding as -1 without packing, turned into labels -100)."""
+        return self._row(self.reader.read_many(self._pieces(i)))
+
+    def _row(self, pieces: list[np.ndarray]) -> np.ndarray:
+        out = np.full(self.seq_len, -1, dtype=np.int64)
+        got = np.concatenate(pieces)
+        out[:len(got)] = got
+        return out
+
+    def _pieces(self, i: int) -> list[tuple[int, int, int]]:
+        """Sequence `i` of the split as (shard, start, count) ranges: one document's start without
+        packing (cut at seq_len), else seq_len tokens of the packed stream, across documents."""
         if not self.packing:
-            shard, offset, length = self._spans[i]
-            out = np.full(self.seq_len, -1, dtype=np.int64)
-            take = min(int(length), self.seq_len)
-            out[:take] = self.reader.read(int(shard), int(offset), take)
-            return out
+            shard, offset, length = (int(v) for v in self._spans[i])
+            return [(shard, offset, min(length, self.seq_len))]
         begin, end = i * self.seq_len, (i + 1) * self.seq_len
         pieces, j = [], int(np.searchsorted(self._starts, begin, side="right")) - 1
         while begin < end:
             shard, offset, length = (int(v) for v in self._spans[j])
             within = begin - int(self._starts[j])
             take = min(length - within, end - begin)
-            pieces.append(self.reader.read(shard, offset + within, take))
+            pieces.append((shard, offset + within, take))
             begin += take
             j += 1
-        return np.concatenate(pieces)
+        return pieces
