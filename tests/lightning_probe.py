@@ -1,7 +1,7 @@
 """Run by tests/test_lightning_module.py in a fresh process with 8 emulated devices: fits one of
 Lightning's own demo modules through our Trainer and prints what the test checks as JSON.
 
-    python tests/lightning_probe.py boring|transformer|transformer-fsdp|configure-model|init-model RUN_DIR
+    python tests/lightning_probe.py boring|transformer|transformer-fsdp|configure-model|init-model|evaluate RUN_DIR
 """
 import json
 import os
@@ -64,6 +64,35 @@ def transformer(run_dir, strategy="data"):
     return {"history": result.history, "compiles": result.compiles_per_epoch}
 
 
+def evaluate(run_dir):
+    """BoringModel fitted under FSDP on 8 devices, then test and predict of a fresh one from ckpt_path="last"."""
+    from pytorch_lightning.demos.boring_classes import BoringModel, RandomDataset
+
+    torch.manual_seed(0)
+    trainer = Trainer(devices=8, max_epochs=1, run_dir=run_dir, progress_bar=False, env_profile="cpu",
+                      strategy="fsdp")
+    trainer.fit(BoringModel(), DataLoader(RandomDataset(32, 64), batch_size=8), DataLoader(RandomDataset(32, 16), batch_size=8))
+    torch.manual_seed(1)
+    data = RandomDataset(32, 60)  # batches of 8: the last has 4 real rows, padded on the device
+    [tested] = trainer.test(BoringModel(), DataLoader(data, batch_size=8), ckpt_path="last")
+    predictions = trainer.predict(BoringModel(), DataLoader(data, batch_size=8), ckpt_path="last")
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    whole = os.path.join(os.path.dirname(run_dir), "final.pt")  # the sharded checkpoint, read by torch's own tool
+    dcp_to_torch_save(os.path.join(run_dir, "checkpoints", "final.dcp"), whole)
+    fitted = BoringModel()
+    fitted.load_state_dict(torch.load(whole, weights_only=False)["module"])
+    rows = torch.stack([data[i] for i in range(len(data))])
+    with torch.no_grad():
+        expected = fitted(rows)
+        per_batch = [fitted.loss(expected[i:i + 8]) * min(8, len(data) - i) for i in range(0, len(data), 8)]
+        untrained = BoringModel()
+        control = float(untrained.loss(untrained(rows)))
+    return {"test_y": tested["test_y"], "by_hand": float(sum(per_batch) / len(data)), "untrained": control,
+            "shapes": [list(p.shape) for p in predictions],
+            "max_difference": float((torch.cat(predictions) - expected).abs().max())}
+
+
 def _layers():
     return nn.Sequential(*[nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(LAYERS)])
 
@@ -105,5 +134,5 @@ if __name__ == "__main__":
     out = {"boring": lambda: boring(run_dir), "transformer": lambda: transformer(run_dir),
            "transformer-fsdp": lambda: transformer(run_dir, "fsdp"),
            "configure-model": lambda: model_memory(run_dir, True),
-           "init-model": lambda: model_memory(run_dir, False)}[scenario]()
+           "init-model": lambda: model_memory(run_dir, False), "evaluate": lambda: evaluate(run_dir)}[scenario]()
     print(json.dumps(out))

@@ -218,3 +218,11 @@ def test_configure_model_layers_are_sharded_as_they_are_created(tmp_path):
     assert built["setup_growth_mb"] < built["model_mb"] / 2, built
     control = _probe("init-model", tmp_path / "b")  # the same layers built in __init__: whole on the host first
     assert control["setup_growth_mb"] > built["model_mb"], control
+
+
+@pytest.mark.slow
+def test_test_and_predict_after_an_fsdp_fit_on_8_devices_load_the_sharded_last_checkpoint(tmp_path):
+    out = _probe("evaluate", tmp_path)
+    assert out["test_y"] == pytest.approx(out["by_hand"], rel=1e-5), out  # BoringModel's test_step, real rows only
+    assert abs(out["untrained"] - out["by_hand"]) > 0.1, out  # negative control: the checkpoint's weights matter
+    assert out["shapes"] == [[8, 2]] * 7 + [[4, 2]] and out["max_difference"] < 1e-5, out

@@ -40,6 +40,8 @@ class Trainer:
                if name != "trainer" and values})
         self.spelling = spelling
         self._mirror: Any = None
+        self._fitted_run_dir: str | None = None
+        """Where this Trainer's last fit wrote: ckpt_path="last"/"best" of validate/test/predict look there."""
         self.plan: RuntimePlan = plan_runtime(self.config.devices, self.config.env_profile,
                                               self.job.parallel.strategy, self.job.parallel.mesh, spelling)
 
@@ -77,7 +79,48 @@ class Trainer:
         runtime = start_xla(self.plan)
         from trainer.fit.session import FitSession
 
-        return FitSession(self.job, self.plan, runtime, diagnostics, mirror).run(contract)
+        result = FitSession(self.job, self.plan, runtime, diagnostics, mirror).run(contract)
+        self._fitted_run_dir = str(result.run_dir) if result.run_dir else None
+        return result
+
+    def validate(self, model: Any, dataloaders: Any = None, ckpt_path: str | None = None, verbose: bool = True,
+                 datamodule: Any = None) -> list[dict]:
+        """validation_step over `dataloaders` (or the datamodule's / module's val_dataloader):
+        `[{"val_loss": ..., ...}]` as Lightning returns, means over the real rows."""
+        return self._evaluate("validate", model, dataloaders, ckpt_path, datamodule)
+
+    def test(self, model: Any, dataloaders: Any = None, ckpt_path: str | None = None, verbose: bool = True,
+             datamodule: Any = None) -> list[dict]:
+        """test_step over `dataloaders` (or test_dataloader()): `[{"test_loss": ..., ...}]`."""
+        return self._evaluate("test", model, dataloaders, ckpt_path, datamodule)
+
+    def predict(self, model: Any, dataloaders: Any = None, datamodule: Any = None, return_predictions: bool = True,
+                ckpt_path: str | None = None) -> list | None:
+        """predict_step over `dataloaders` (or predict_dataloader()): one host entry per batch, in order,
+        the padding rows removed."""
+        predictions = self._evaluate("predict", model, dataloaders, ckpt_path, datamodule)
+        return predictions if return_predictions else None
+
+    def _evaluate(self, stage: str, model: Any, dataloaders: Any, ckpt_path: str | None, datamodule: Any) -> list:
+        from trainer.contract.binding import ModuleContract
+        from trainer.contract.lightning import is_datamodule
+
+        if model is None:
+            raise UserError(f"Trainer.{stage}() needs the module: tpu-trainer does not keep the fitted one. Fix: "
+                            f"trainer.{stage}(module, ...).")
+        if is_datamodule(dataloaders):  # Lightning takes a datamodule in the dataloaders' place too
+            dataloaders, datamodule = None, dataloaders
+        if datamodule is not None and dataloaders is not None:
+            raise UserError(f"Trainer.{stage} got both dataloaders and a datamodule; Lightning refuses that too. "
+                            "Fix: pass one of them.")
+        contract = ModuleContract(model, self.config, datamodule)
+        apply_environment(self.plan, {})
+        runtime = start_xla(self.plan)
+        from trainer.fit.evaluate import evaluate
+
+        with contract.attached():
+            return evaluate(stage, self.job, self.plan, runtime, contract, dataloaders, ckpt_path,
+                            self.config.run_dir or self._fitted_run_dir)
 
 
 def __getattr__(name: str) -> Any:  # FitResult lives with the session (it imports torch)

@@ -132,6 +132,10 @@ class TrainModule(nn.Module):
     def val_dataloader(self) -> Any:
         return None
 
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        """Trainer.predict's step; as in Lightning, the default is the module's forward on the batch."""
+        return self(batch)
+
     # ---- hooks: override any of them; the defaults do nothing and are never called.
     # HOST: between graphs (a device read costs one transfer). TRACED: inside a step's graph (no reads).
 

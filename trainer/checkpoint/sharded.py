@@ -37,13 +37,16 @@ def write_sharded(module: Any, optimizer: Any, directory: Path) -> None:
 
 
 def read_sharded(directory: Path, module: Any, optimizer: Any, spmd: bool) -> None:
-    """Load `directory`'s shards into the live (possibly sharded) module and optimizer, in place."""
+    """Load `directory`'s shards into the live (possibly sharded) module and optimizer (None: the module
+    only), in place."""
     import torch.distributed.checkpoint as dcp
 
     from trainer.parallel.sharding import checkpoint_load_planner, prime_optimizer
 
-    prime_optimizer(optimizer)  # the optimizer's state must exist for an in-place load
-    target = {"module": module.state_dict(), "optimizer": optimizer.state_dict()}
+    target = {"module": module.state_dict()}  # optimizer None: the weights only (Trainer.validate's ckpt_path)
+    if optimizer is not None:
+        prime_optimizer(optimizer)  # the optimizer's state must exist for an in-place load
+        target["optimizer"] = optimizer.state_dict()
     try:
         with _library_notices_silenced():
             dcp.load(target, storage_reader=dcp.FileSystemReader(str(directory)),
@@ -56,7 +59,8 @@ def read_sharded(directory: Path, module: Any, optimizer: Any, spmd: bool) -> No
             "module_args, or start a new run."
         ) from exc
     module.load_state_dict(target["module"])
-    optimizer.load_state_dict(target["optimizer"])
+    if optimizer is not None:
+        optimizer.load_state_dict(target["optimizer"])
 
 
 @contextlib.contextmanager

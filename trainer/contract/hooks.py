@@ -14,6 +14,10 @@
              on_validation_end
     epoch    on_train_epoch_end, then the epoch's checkpoint with on_save_checkpoint(checkpoint)
     end      on_train_end, on_fit_end, the final checkpoint, teardown("fit")
+    test /   (Trainer.test / predict) setup(stage), on_{stage}_start, on_{stage}_epoch_start,
+    predict  per batch on_{stage}_batch_start(batch, batch_idx), the step,
+             on_{stage}_batch_end(outputs, batch, batch_idx); on_{stage}_epoch_end,
+             on_{stage}_end, teardown(stage)
 
 TRACED hooks run while the step's graph is being recorded: a tensor they make joins the
 step, and reading one to the host (`.item()`, `print(t)`, `if t > 0`) stalls the host
@@ -44,6 +48,11 @@ HOOKS: dict[str, tuple[tuple[str, ...], str]] = {  # name -> (Lightning's positi
     "on_validation_epoch_end": ((), HOST), "on_validation_end": ((), HOST), "on_train_epoch_end": ((), HOST),
     "on_train_end": ((), HOST), "on_fit_end": ((), HOST), "teardown": (("stage",), HOST),
     "on_save_checkpoint": (("checkpoint",), HOST), "on_load_checkpoint": (("checkpoint",), HOST),
+    **{f"on_{stage}_{when}": ((), HOST) for stage in ("test", "predict") for when in ("start", "epoch_start",
+                                                                                     "epoch_end", "end")},
+    "on_test_batch_start": (("batch", "batch_idx"), TRACED), "on_predict_batch_start": (("batch", "batch_idx"), TRACED),
+    "on_test_batch_end": (("outputs", "batch", "batch_idx"), TRACED),
+    "on_predict_batch_end": (("outputs", "batch", "batch_idx"), TRACED),
 }
 
 _MOVED = {  # the old TrainModule signatures, and what replaced them

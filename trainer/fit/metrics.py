@@ -147,8 +147,9 @@ class TrainingMetrics:
 class ValidationMetrics:
     """Sums of validation_step's outputs and self.log values over the real rows."""
 
-    def __init__(self, accumulators: DeviceAccumulators, logs: StepLogs | None = None):
-        self.acc, self.logs = accumulators, logs or StepLogs()
+    def __init__(self, accumulators: DeviceAccumulators, logs: StepLogs | None = None, prefix: str = "val"):
+        """`prefix`: what returned names get ("val": val_loss; "test" for Trainer.test)."""
+        self.acc, self.logs, self.prefix = accumulators, logs or StepLogs(), prefix
         self._host: dict[str, tuple[float, int]] = {}
         """Numbers from self.log in validation: (sum weighted by real rows, real rows)."""
 
@@ -156,12 +157,12 @@ class ValidationMetrics:
         rows = mask.sum()
         for name, value in validation_outputs(out, logged).items():
             mean = value if value.dim() == 0 else masked_mean(value, mask, "validation_step")
-            self.acc.add(f"val/{name}", mean * rows)
+            self.acc.add(f"{self.prefix}/{name}", mean * rows)
         for name, value in logged.items():
             how = self.logs.reduction(name)
             if isinstance(value, torch.Tensor):
                 # mean: weighted by the batch's real rows (Lightning weighs by the batch size)
-                self.acc.reduce(f"val/{how}:{name}", value * rows if how == "mean" else value,
+                self.acc.reduce(f"{self.prefix}/{how}:{name}", value * rows if how == "mean" else value,
                                 "sum" if how == "mean" else how)
             else:  # a host number stays on the host (as a graph constant it would recompile per value)
                 total, count = self._host.get(name, (None, 0))
@@ -172,13 +173,13 @@ class ValidationMetrics:
                 if total is not None:
                     value = value + total if how in ("mean", "sum") else (max if how == "max" else min)(total, value)
                 self._host[name] = (value, count + weight)
-        self.acc.add("val/rows", rows)
+        self.acc.add(f"{self.prefix}/rows", rows)
 
     def read(self) -> dict[str, float]:
         """The epoch values since the last read (one host read)."""
-        sums = self.acc.read_and_reset("val")
+        sums = self.acc.read_and_reset(self.prefix)
         host, self._host = self._host, {}
-        computed = self.logs.compute_metrics("val")
+        computed = self.logs.compute_metrics(self.prefix)
         rows = sums.pop("rows", 0.0)
         if not rows:
             return {}
@@ -186,7 +187,7 @@ class ValidationMetrics:
         for key, total in sums.items():
             how, _, name = key.partition(":")
             if how not in ("mean", "sum", "max", "min"):
-                metrics[f"val_{key}"] = total / rows
+                metrics[f"{self.prefix}_{key}"] = total / rows
             else:
                 metrics[name] = total / rows if how == "mean" else total
         metrics.update({name: total / count if self.logs.reduction(name) == "mean" else total

@@ -103,9 +103,9 @@ def build_fit(job: Any, plan: Any, runtime: Any, diagnostics: Any, place: RunPla
     hooks.call("on_fit_start")
 
     check_shards_fit(module, contract.data.train_loader(), contract.data.val_loader())
-    train = _device_loader(contract.data.train_loader(), cfg, plan, rt, precision, seeding.seed)
+    train = device_loader(contract.data.train_loader(), cfg, plan, rt, precision, seeding.seed)
     val_loader = contract.data.val_loader()
-    val = _device_loader(val_loader, cfg, plan, rt, precision, seeding.seed) if val_loader is not None else None
+    val = device_loader(val_loader, cfg, plan, rt, precision, seeding.seed) if val_loader is not None else None
     facts.train_batches = lambda: len(train)
     facts.val_batches = (lambda: len(val)) if val is not None else None
     if contract.lightning:
@@ -183,7 +183,7 @@ def check_shards_fit(module: Any, *loaders: Any) -> None:
             loader.check_model(embedding.num_embeddings, positions)
 
 
-def _device_loader(loader: Any, cfg: Any, plan: Any, rt: Any, precision: Precision, seed: int) -> DeviceLoader:
+def device_loader(loader: Any, cfg: Any, plan: Any, rt: Any, precision: Precision, seed: int) -> DeviceLoader:
     """This host's share of `loader`, in fixed shapes, copied to the device ahead of the step."""
     selection = plan.selection
     if is_token_shards(loader):  # the shards pick this host's rows of each global batch themselves

@@ -29,14 +29,22 @@ STEP, EPOCH, NONE = (True, False), (False, True), None
 DEFAULTS = {  # hook -> Lightning's (on_step, on_epoch) defaults; None: self.log is not allowed there
     **dict.fromkeys(("training_step", "on_train_batch_start", "on_train_batch_end", "on_before_zero_grad",
                      "on_before_backward", "on_after_backward", "on_before_optimizer_step"), STEP),
-    **dict.fromkeys(("validation_step", "on_validation_batch_start", "on_validation_batch_end"), EPOCH),
+    **dict.fromkeys(("validation_step", "on_validation_batch_start", "on_validation_batch_end", "test_step",
+                     "on_test_batch_start", "on_test_batch_end"), EPOCH),
     **dict.fromkeys(("on_train_start", "on_train_epoch_start", "on_train_epoch_end", "on_validation_start",
-                     "on_validation_epoch_start", "on_validation_epoch_end"), EPOCH),
+                     "on_validation_epoch_start", "on_validation_epoch_end", "on_test_start", "on_test_epoch_start",
+                     "on_test_epoch_end"), EPOCH),
 }
 EPOCH_HOOKS = frozenset(("on_train_start", "on_train_epoch_start", "on_train_epoch_end", "on_validation_start",
-                         "on_validation_epoch_start", "on_validation_epoch_end"))
+                         "on_validation_epoch_start", "on_validation_epoch_end", "on_test_start",
+                         "on_test_epoch_start", "on_test_epoch_end"))
 REDUCTIONS = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min",
               torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
+
+
+def phase_of(hook: str) -> str:
+    """"val", "test" or "train": whose epoch values a name logged in `hook` belongs to."""
+    return "val" if "validation" in hook else "test" if "test" in hook else "train"
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ class StepLogs:
         """What epoch-level hooks (on_train_epoch_end, ...) logged: one value per name and epoch."""
         self.options: dict[str, LogOptions] = {}
         self.metrics: dict[str, tuple[Any, str]] = {}
-        """torchmetrics Metric objects logged by name, with their phase ("train" or "val"): computed at the
+        """torchmetrics Metric objects logged by name, with their phase ("train", "val", "test"): computed at the
         end of that phase's epoch, then reset."""
         self.prog_bar: set[str] = set()
 
@@ -96,7 +104,7 @@ class StepLogs:
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             value = float(value)  # a host number stays on the host: no graph constant
         elif is_metric(value):
-            self.metrics[name] = (value, "val" if "validation" in self.current else "train")
+            self.metrics[name] = (value, phase_of(self.current))
             value = getattr(value, "_forward_cache", None)  # this step's value, when forward() made one
             if not isinstance(value, torch.Tensor) or not on_step:
                 value = None
