@@ -32,7 +32,8 @@ TASK_SETTINGS: tuple[Setting, ...] = (
     _test("marker", "pytest -m expression (default: not docker)"),
     _test("k", "pytest -k expression"),
     _test("args", "more pytest arguments"),
-    _reproduce("run_dir", "the run directory to reproduce (it holds manifest.json and steps.csv)", make=()),
+    _reproduce("run_dir", "the run directory to reproduce (it holds run.json, or an older run's manifest.json, "
+               "and steps.csv)", make=()),
     _reproduce("out", "where the new run directory goes (default: runs/)", make=()),
     _task("settings")("task", "only the options of this task, e.g. train, env, pod, bench"),
     _task("build", "push", "run")("version", _VERSION),
