@@ -53,3 +53,10 @@ def run_cli(*args: str, run_dir: Path | None = None, timeout: float = 300, env: 
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture
+def fresh_seed_env(monkeypatch):
+    """Lightning's seed_everything writes PL_GLOBAL_SEED into the process; give it back afterwards."""
+    monkeypatch.setenv("PL_GLOBAL_SEED", "0")
+    monkeypatch.delenv("PL_GLOBAL_SEED")

@@ -25,13 +25,6 @@ from trainer.outputs.run_manifest import FILE as RUN_MANIFEST
 LOSS_TOLERANCE = 1e-5
 
 
-@pytest.fixture
-def fresh_seed_env(monkeypatch):
-    """Lightning's seed_everything writes PL_GLOBAL_SEED into the process; give it back afterwards."""
-    monkeypatch.setenv("PL_GLOBAL_SEED", "0")
-    monkeypatch.delenv("PL_GLOBAL_SEED")
-
-
 def _losses_csv(run_dir) -> list[float]:
     with open(run_dir / "steps.csv", newline="") as f:
         return [float(row["loss"]) for row in csv.DictReader(f)]

@@ -48,11 +48,15 @@ class TrainerConfig:
     """Clip the gradients' global L2 norm to this (0: off); the norm is logged as grad_norm."""
     val_check_interval: Any = 1.0
     """Validate every N optimizer steps (an integer) or every fraction of an epoch (a float in (0, 1]);
-    1.0: at each epoch's end only. The epoch's end always validates."""
+    1.0: at each epoch's end only. The epoch's end always validates (in the epochs that
+    check_val_every_n_epoch picks)."""
     seed: Any = None
     """An integer: the fit seeds Python, NumPy, torch and the XLA generator at its start. None (the library's
     default): the host RNG is left as the script set it; the XLA generator gets PL_GLOBAL_SEED or
     torch.initial_seed() (`trainer.runtime.seeding`). A job (CLI, job YAML) defaults to 0. CLI: --seed."""
+    check_val_every_n_epoch: int = 1
+    """Validate in every this many epochs only (Lightning's meaning): at their end and at their
+    val_check_interval points; the other epochs do not validate."""
     log_every_n_steps: int = 10
     """Read the loss to the host (asynchronously) every this many steps; never more often."""
     last_batch: str = "pad"
@@ -86,6 +90,8 @@ class TrainerConfig:
         require((type(interval) is int and interval >= 1) or (type(interval) is float and 0 < interval <= 1),
                  "trainer.val_check_interval", interval,
                  "an integer >= 1 (every N optimizer steps) or a float in (0, 1] (a fraction of an epoch)")
+        require(type(self.check_val_every_n_epoch) is int and self.check_val_every_n_epoch >= 1,
+                "trainer.check_val_every_n_epoch", self.check_val_every_n_epoch, "an integer >= 1")
         require(
             self.log_every_n_steps >= 1, "trainer.log_every_n_steps", self.log_every_n_steps,
             "an integer >= 1",
@@ -116,6 +122,9 @@ class CheckpointConfig:
     """Save after every this many epochs (0: off). The last epoch always writes final.ckpt."""
     keep_last: int = 3
     """Periodic checkpoints kept (the newest; final.ckpt is always kept). 0 keeps all."""
+    checkpointing: bool = True
+    """False (Lightning's enable_checkpointing=False): no checkpoint at all, not even final.ckpt or on
+    SIGTERM (the run then cannot be resumed)."""
 
     def __post_init__(self) -> None:
         for key in ("every_n_steps", "every_n_epochs", "keep_last"):

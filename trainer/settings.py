@@ -114,6 +114,8 @@ SETTINGS: tuple[Setting, ...] = (
     _trainer("val_check_interval", "also validate every N optimizer steps (an integer) or fraction of an epoch "
              "(0.25); default 1.0: at each epoch's end", kind="yaml", metavar="N|FRACTION"),
     _trainer("seed", "one seed for Python, NumPy, torch, XLA and the shuffle order (default 0)", kind="int"),
+    _trainer("check_val_every_n_epoch", "validate in every N-th epoch only (default 1: every epoch)", kind="int",
+             metavar="N"),
     _trainer("log_every_n_steps", "read the loss to the host every N optimizer steps, asynchronously "
              "(default 10)", kind="int", metavar="N"),
     _trainer("last_batch", "pad+mask (default) or drop a ragged last batch", choices=("pad", "drop")),
@@ -131,6 +133,8 @@ SETTINGS: tuple[Setting, ...] = (
     _trainer("resume", "auto: continue from the newest valid checkpoint in the run directory (fresh if none); "
              "PATH: from that checkpoint file. Exit codes after SIGTERM/SIGINT: 143/130", metavar="auto|PATH"),
     _checkpoint("every_n_steps", "also save every N optimizer steps (0: off, default)", kind="int", metavar="N"),
+    _checkpoint("checkpointing", "no checkpoints at all, not even final.ckpt (the run cannot be resumed)",
+                flags=("--no-checkpoints",), kind="switch", switch=False, lightning=("enable_checkpointing",)),
     _checkpoint("every_n_epochs", "save every N epochs (0: off; default 1); the last epoch always writes "
                 "final.ckpt", kind="int", metavar="N"),
     _checkpoint("keep_last", "periodic checkpoints kept besides final.ckpt (0: all; default 3)", kind="int",

@@ -32,19 +32,24 @@ UNSUPPORTED = {  # Lightning Trainer options tpu-trainer does not offer, with wh
     "limit_train_batches": "pass a smaller DataLoader (e.g. a Subset)",
     "limit_val_batches": "pass a smaller DataLoader (e.g. a Subset)",
     "fast_dev_run": "use max_steps=1",
-    "check_val_every_n_epoch": "use val_check_interval",
-    "num_sanity_val_steps": "validation runs at the end of each epoch (and every val_check_interval)",
     "overfit_batches": "pass a DataLoader of the batches to overfit",
-    "min_epochs": "use max_epochs", "min_steps": "use max_steps", "max_time": "use max_steps",
-    "deterministic": "runs are deterministic by design: the same seed gives bitwise-equal losses",
-    "benchmark": "XLA compiles its own kernels", "profiler": "use profile_steps (--profile-steps)",
+    "min_steps": "use max_steps", "max_time": "use max_steps",
+    "profiler": "use profile_steps (--profile-steps)",
     "detect_anomaly": "use debug=True (torch_xla's metrics and compile causes)",
-    "plugins": "precision, strategy and mesh are options", "sync_batchnorm": "not offered",
-    "reload_dataloaders_every_n_epochs": "not offered", "enable_checkpointing": "checkpoints are always on; "
-    "set every_n_epochs=0 and every_n_steps=0 to keep only final.ckpt", "enable_model_summary": "not offered",
+    "plugins": "precision, strategy and mesh are options",
+    "reload_dataloaders_every_n_epochs": "not offered", "enable_model_summary": "not offered",
     "inference_mode": "validation runs under torch.no_grad", "use_distributed_sampler": "sharding across "
     "hosts is automatic", "barebones": "not offered", "num_processes": "use devices", "tpu_cores": "use devices",
     "gpus": "tpu-trainer trains on XLA devices (TPU, or CPU-emulated XLA)",
+}
+
+NOTHING_TO_DO = {  # Lightning options that change nothing on XLA: accepted, with the reason logged once
+    "deterministic": "an XLA program is deterministic on its device: the same seed gives bitwise-equal losses "
+                     "without torch.use_deterministic_algorithms",
+    "benchmark": "cudnn.benchmark has no XLA counterpart: XLA compiles its own kernels for each graph",
+    "sync_batchnorm": "one SPMD program sees the whole global batch, so BatchNorm's statistics already span "
+                      "every device's rows",
+    "min_epochs": "nothing here stops a fit before max_epochs or max_steps (there is no early stopping yet)",
 }
 
 
@@ -52,6 +57,13 @@ def split_options(options: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Sort Trainer keywords into config sections ({"trainer": {...}, "parallel": {...}, ...})."""
     sections: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
     for key, value in options.items():
+        if key in NOTHING_TO_DO:
+            if value not in (None, False):
+                log.info("Trainer(%s=%r): nothing changes, %s", key, value, NOTHING_TO_DO[key])
+            continue
+        if key == "num_sanity_val_steps":
+            _sanity_steps(value)
+            continue
         if key == "accelerator":
             sections["trainer"]["env_profile"] = _accelerator(value)
             continue
@@ -67,6 +79,15 @@ def split_options(options: dict[str, Any]) -> dict[str, dict[str, Any]]:
             raise _unknown(key)
         sections[section][key] = value
     return sections
+
+
+def _sanity_steps(value: Any) -> None:
+    """Lightning's pre-training validation pass: the engine has none, which is what 0 asks for."""
+    if value != 0:
+        raise UserError(
+            f"num_sanity_val_steps={value!r}: tpu-trainer runs no validation batches before training (Lightning's "
+            "sanity check); validation runs at each epoch's end and every val_check_interval, and a broken "
+            "validation_step fails at the first one. Allowed: 0. Fix: num_sanity_val_steps=0, or remove it.")
 
 
 def _accelerator(value: Any) -> str:

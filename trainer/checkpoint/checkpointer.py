@@ -59,7 +59,8 @@ class Checkpointer:
 
     def due_after_step(self, global_step: int, batches_done: int, epoch_len: int) -> bool:
         n = self.config.every_n_steps
-        return bool(n) and global_step % n == 0 and batches_done < epoch_len  # epoch end saves itself
+        # the epoch's end saves itself
+        return self.config.checkpointing and bool(n) and global_step % n == 0 and batches_done < epoch_len
 
     def due_after_epoch(self, epoch: int) -> bool:
         n = self.config.every_n_epochs
@@ -68,7 +69,9 @@ class Checkpointer:
     def reason_at_epoch_end(self, epoch: int, *, last: bool, stop_requested: bool) -> str | None:
         """Why a checkpoint is written at the end of `epoch` (None: no checkpoint is due)."""
         if stop_requested:
-            return "preempted"
+            return "preempted"  # with checkpointing off, save() writes nothing and the stop goes on
+        if not self.config.checkpointing:
+            return None
         if last:
             return "final"
         return "epoch" if self.due_after_epoch(epoch) else None
@@ -79,6 +82,8 @@ class Checkpointer:
 
         `final`: the fit's last checkpoint (after the last epoch or at max_steps): final.ckpt.
         """
+        if not self.config.checkpointing:
+            return None
         epoch, batch = position
         if self.last_saved == (global_step, epoch):
             return self.last_path  # this exact state is already committed (e.g. SIGTERM right after a save)

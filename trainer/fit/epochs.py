@@ -58,7 +58,7 @@ class EpochRunner:
                   disable=not (cfg.progress_bar and self.runtime.is_global_zero), leave=False, dynamic_ncols=True) as bar:
             fit.loop.train_epoch(train, progress, bar, fit.train.batches.rows_of, self.after_step)
         completed = progress.batch == epoch_len  # else max_steps was reached mid-epoch
-        validation = fit.loop.validate(fit.val) if fit.val is not None else {}
+        validation = fit.loop.validate(fit.val) if self._validates(epoch) else {}
         training = fit.loop.p.metrics.read_epoch(progress.global_step - steps_before + skip // progress.accumulate)
         logs, facts = fit.contract.logs, fit.contract.facts
         # self.trainer.callback_metrics as Lightning fills it: epoch values of what was logged per epoch
@@ -94,13 +94,17 @@ class EpochRunner:
         fit, progress = self.fit, self.fit.progress
         if self.stop.requested:
             self.save("preempted")
-        if progress.validation_due:
+        if progress.validation_due and self._validates(progress.epoch):
             metrics = fit.loop.validate(fit.val)
             self.place.outputs.log_validation(progress.global_step, progress.epoch, metrics)
             log.info("step %d: %s", progress.global_step, format_row(metrics))
         if fit.checkpointer.due_after_step(progress.global_step, progress.batch, progress.epoch_len) \
                 and not progress.done:  # the epoch's end saves the final one
             self.save("every_n_steps")
+
+    def _validates(self, epoch: int) -> bool:
+        """This epoch validates: there is a validation set, and check_val_every_n_epoch lets it (Lightning's rule)."""
+        return self.fit.val is not None and epoch % self.config.check_val_every_n_epoch == 0
 
     def save(self, reason: str, final: bool = False) -> Path | None:
         """A checkpoint at the current position; after a stop request, raise TrainingInterrupted."""

@@ -155,7 +155,9 @@ class RunOutputs:
         if not self.enabled:
             return
         with self._lock:
-            fields = list(_EPOCH_FIELDS) + sorted(k for k in row if k not in _EPOCH_FIELDS)
+            # every column any epoch had: an epoch without validation (check_val_every_n_epoch) has no val_*
+            seen = {k for r in self._epoch_rows for k in r}
+            fields = list(_EPOCH_FIELDS) + sorted(seen - set(_EPOCH_FIELDS))
             with open(self.path / "metrics.csv", "w", newline="") as f:
                 writer = csv.DictWriter(f, fieldnames=fields)
                 writer.writeheader()
