@@ -12,7 +12,8 @@ from pathlib import Path
 from tooling.bench.wall import REPO, wall_rounds
 from tooling.bench.workloads import WORKLOADS
 
-GOALS = {"step_ratio": 1.03, "compiles_after_warmup": 0, "host_reads": 0, "wall_ratio": 1.10}
+# The step at the hand loop's speed or better (the step issue's goal), whatever the engine adds around it.
+GOALS = {"step_ratio": 1.00, "compiles_after_warmup": 0, "host_reads": 0, "wall_ratio": 1.10}
 
 
 def _median_spread(values: list[float]) -> tuple[float, float]:
